@@ -1,0 +1,144 @@
+//! The wire protocol between processes, and the [`Transport`] seam that
+//! carries it. A deployment decides what the network is; the engine only
+//! decides how long it is willing to wait for an answer.
+
+use crate::config::MaintenanceKind;
+use crate::handler::TaskError;
+use crate::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId};
+use crate::task::{TaskKind, TaskSpec};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Request {
+    Enqueue { spec: TaskSpec },
+    /// Create a pipeline of `stages` sequential stages; its first stage is due.
+    CreatePipeline { pipeline: GroupId, stages: u32 },
+    /// Claim up to `max` due tasks; hold the request open up to `wait_ms`.
+    Claim { owner: Owner, max: u32, wait_ms: u64 },
+    /// Process heartbeat: the owner is alive.
+    Heartbeat { owner: Owner },
+    Renew { fence: Fence },
+    /// Is this attempt's lease still the current, valid one?
+    LeaseValid { fence: Fence },
+    Complete { fence: Fence },
+    Fail { fence: Fence, error: TaskError },
+    /// First half of a two-step stage completion: clear the stage link and
+    /// mark the stage done, leaving the task itself in place.
+    ClearStageLink { fence: Fence },
+    /// Release the tasks of processes silent for longer than the dead timeout.
+    ReleaseDead { by: Owner },
+    /// Reclaim expired leases of tasks outside any group.
+    ReclaimExpired { by: Owner },
+    /// Repair every group whose repair is due.
+    Repair { by: Owner },
+    /// One maintenance pass of one kind (index, bucket, tenant).
+    Maintain { owner: Owner, kind: MaintenanceKind },
+    /// A snapshot of stages that are due and have no task.
+    PipelineSnapshot { by: Owner },
+    /// Guarded insert of a stage's task.
+    EnqueueStage { stage: StageRef },
+    /// Wait up to `lag_timeout_ms` for the index to be materialized.
+    QueryIndex { index: IndexId, lag_timeout_ms: u64 },
+}
+
+impl Request {
+    /// Stable kebab-case name of the operation (used by fault plans and logs).
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Enqueue { .. } => "enqueue",
+            Request::CreatePipeline { .. } => "create-pipeline",
+            Request::Claim { .. } => "claim",
+            Request::Heartbeat { .. } => "heartbeat",
+            Request::Renew { .. } => "renew",
+            Request::LeaseValid { .. } => "lease-valid",
+            Request::Complete { .. } => "complete",
+            Request::Fail { .. } => "fail",
+            Request::ClearStageLink { .. } => "clear-stage-link",
+            Request::ReleaseDead { .. } => "release-dead",
+            Request::ReclaimExpired { .. } => "reclaim-expired",
+            Request::Repair { .. } => "repair",
+            Request::Maintain { .. } => "maintain",
+            Request::PipelineSnapshot { .. } => "pipeline-snapshot",
+            Request::EnqueueStage { .. } => "enqueue-stage",
+            Request::QueryIndex { .. } => "query-index",
+        }
+    }
+
+    /// Is this an outcome write (complete or fail) made for an attempt?
+    pub fn is_outcome_write(&self) -> bool {
+        matches!(self, Request::Complete { .. } | Request::Fail { .. } | Request::ClearStageLink { .. })
+    }
+}
+
+/// One claimed attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Grant {
+    pub fence: Fence,
+    pub kind: TaskKind,
+    /// Store time at which the lease expires (`None`: heartbeat ownership).
+    pub lease_expiry_ms: Option<u64>,
+}
+
+/// Why the store refused a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rejection {
+    /// No such task (never existed).
+    Missing,
+    /// The task has a newer attempt than the fence.
+    Superseded,
+    /// Same attempt, but the task is no longer leased to this owner.
+    NotOwner,
+    /// The task is already done or dead.
+    Terminal,
+    /// The lease has expired.
+    Expired,
+    /// The stage is already done, or already has a task.
+    StageGuard,
+    /// A write conflict aborted the transaction.
+    Conflict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Response {
+    Enqueued { task: TaskId },
+    Claimed { grants: Vec<Grant> },
+    Ack,
+    Renewed { lease_expiry_ms: u64 },
+    Valid { valid: bool },
+    /// A fenced write took effect. For a fail, `retry_at_ms` is the committed
+    /// retry time (`None` when the task died) and `retries` the failures spent.
+    Applied { retries: u32, retry_at_ms: Option<u64> },
+    Rejected { reason: Rejection },
+    Released { tasks: u32 },
+    Snapshot { due: Vec<StageRef> },
+    Query { materialized: bool },
+}
+
+/// The call could not be delivered (process or link gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RpcError {
+    Unavailable,
+}
+
+/// A notification between worker processes: the task is ready again.
+/// It carries the committed retry time, which receivers must keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PeerNote {
+    pub task: TaskId,
+    pub retries: u32,
+    pub retry_at_ms: u64,
+    pub from: Owner,
+}
+
+/// What carries calls to the store and notes between peers. Implementations
+/// never time out on their own: a call whose answer never comes stays pending
+/// until the caller's deadline (if it set one).
+pub trait Transport: Clone + Send + Sync + 'static {
+    fn call(&self, req: Request) -> impl Future<Output = Result<Response, RpcError>> + Send;
+    /// Best effort: a note may be delayed or lost.
+    fn notify_peers(&self, note: PeerNote) -> impl Future<Output = ()> + Send;
+    /// The next note addressed to this process; `None` when no more will come.
+    fn recv_note(&self) -> impl Future<Output = Option<PeerNote>> + Send;
+}

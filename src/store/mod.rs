@@ -1,0 +1,399 @@
+//! The lease store: the single source of truth, run as its own process.
+//!
+//! [`Store`] is the state machine: every request is one transaction, applied
+//! at one store time, synchronously. [`server::StoreServer`] wraps it for a
+//! process: it holds long polls and lag-bounded queries open and runs
+//! maintenance passes that take time.
+
+mod fence;
+mod repair;
+pub mod server;
+
+use crate::config::EngineConfig;
+use crate::event::{Event, Observer, ReleaseCause, WriteKind};
+use crate::handler::TaskError;
+use crate::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId};
+use crate::proto::{Grant, Rejection, Request, Response};
+use crate::task::{Task, TaskKind, TaskSpec, TaskState};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A pipeline stage row: linked to at most one task; done is absorbing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageRow {
+    pub task: Option<TaskId>,
+    pub done: bool,
+}
+
+/// Repair backoff state of one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RepairState {
+    /// Consecutive "not needed" answers since the group last changed.
+    misses: u32,
+    next_at_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    cfg: EngineConfig,
+    next_task: TaskId,
+    tasks: BTreeMap<TaskId, Task>,
+    /// Last heartbeat per process incarnation.
+    heartbeats: BTreeMap<Owner, u64>,
+    /// Newest incarnation seen per process: older ones are dead.
+    incarnations: BTreeMap<ProcId, u32>,
+    stages: BTreeMap<StageRef, StageRow>,
+    materialized: BTreeSet<IndexId>,
+    repair: BTreeMap<GroupId, RepairState>,
+}
+
+impl Store {
+    pub fn new(cfg: EngineConfig) -> Self {
+        Store {
+            cfg,
+            next_task: 1,
+            tasks: BTreeMap::new(),
+            heartbeats: BTreeMap::new(),
+            incarnations: BTreeMap::new(),
+            stages: BTreeMap::new(),
+            materialized: BTreeSet::new(),
+            repair: BTreeMap::new(),
+        }
+    }
+
+    pub fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
+    }
+
+    pub fn stage(&self, stage: StageRef) -> Option<&StageRow> {
+        self.stages.get(&stage)
+    }
+
+    pub fn is_materialized(&self, index: IndexId) -> bool {
+        self.materialized.contains(&index)
+    }
+
+    /// The earliest store time after `now_ms` at which a ready task becomes due.
+    pub fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
+        self.tasks
+            .values()
+            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms > now_ms)
+            .map(|t| t.retry_at_ms)
+            .min()
+    }
+
+    /// Applies one request as one transaction at store time `now_ms`.
+    pub fn apply(&mut self, now_ms: u64, req: &Request, obs: &dyn Observer) -> Response {
+        match req {
+            Request::Enqueue { spec } => self.enqueue(now_ms, spec.clone(), obs),
+            Request::CreatePipeline { pipeline, stages } => {
+                for index in 0..*stages {
+                    self.stages.entry(StageRef { pipeline: *pipeline, index }).or_default();
+                }
+                obs.emit(Event::PipelineCreated { pipeline: *pipeline, stages: *stages });
+                Response::Ack
+            }
+            Request::Claim { owner, max, .. } => self.claim(now_ms, *owner, *max, obs),
+            Request::Heartbeat { owner } => {
+                self.observe_incarnation(*owner);
+                self.heartbeats.insert(*owner, now_ms);
+                obs.emit(Event::HeartbeatApplied { owner: *owner });
+                Response::Ack
+            }
+            Request::Renew { fence } => self.renew(now_ms, *fence, obs),
+            Request::LeaseValid { fence } => {
+                let valid = self.check_fence(fence).is_ok()
+                    && self.tasks[&fence.task].lease_expiry_ms.is_none_or(|e| e > now_ms);
+                obs.emit(Event::LeaseChecked { fence: *fence, valid });
+                Response::Valid { valid }
+            }
+            Request::Complete { fence } => self.complete(now_ms, *fence, obs),
+            Request::Fail { fence, error } => self.fail(now_ms, *fence, *error, obs),
+            Request::ClearStageLink { fence } => self.clear_stage_link(now_ms, *fence, obs),
+            Request::ReleaseDead { .. } => self.release_dead(now_ms, obs),
+            Request::ReclaimExpired { .. } => self.reclaim_expired(now_ms, obs),
+            Request::Repair { .. } => self.repair_groups(now_ms, obs),
+            Request::Maintain { owner, kind } => {
+                obs.emit(Event::MaintenanceApplied { owner: *owner, kind: *kind });
+                Response::Ack
+            }
+            Request::PipelineSnapshot { by } => {
+                let due = self.due_stages();
+                obs.emit(Event::PipelineSnapshotTaken { by: *by, due: due.clone() });
+                Response::Snapshot { due }
+            }
+            Request::EnqueueStage { stage } => self.enqueue_stage(now_ms, *stage, obs),
+            Request::QueryIndex { index, .. } => {
+                Response::Query { materialized: self.materialized.contains(index) }
+            }
+        }
+    }
+
+    fn enqueue(&mut self, now_ms: u64, spec: TaskSpec, obs: &dyn Observer) -> Response {
+        let id = self.next_task;
+        self.next_task += 1;
+        let retry_at_ms = spec.not_before_ms;
+        obs.emit(Event::TaskCreated { task: id, spec: spec.clone(), retry_at_ms });
+        self.tasks.insert(
+            id,
+            Task {
+                id,
+                spec,
+                state: TaskState::Ready,
+                owner: None,
+                attempt: 0,
+                lease_expiry_ms: None,
+                retries: 0,
+                retry_at_ms,
+                updated_ms: now_ms,
+                repair_count: 0,
+            },
+        );
+        Response::Enqueued { task: id }
+    }
+
+    fn claim(&mut self, now_ms: u64, owner: Owner, max: u32, obs: &dyn Observer) -> Response {
+        let mut due: Vec<(u64, TaskId)> = self
+            .tasks
+            .values()
+            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms <= now_ms)
+            .map(|t| (t.retry_at_ms, t.id))
+            .collect();
+        due.sort_unstable();
+        let mut grants = Vec::new();
+        for (_, id) in due.into_iter().take(max as usize) {
+            let task = self.tasks.get_mut(&id).expect("due task exists");
+            task.attempt += 1;
+            task.state = TaskState::Leased;
+            task.owner = Some(owner);
+            task.lease_expiry_ms = self.cfg.lease_ttl.for_kind(task.spec.kind).map(|ttl| now_ms + ttl);
+            task.updated_ms = now_ms;
+            let fence = Fence { task: id, attempt: task.attempt, owner };
+            obs.emit(Event::LeaseGranted {
+                fence,
+                kind: task.spec.kind,
+                lease_expiry_ms: task.lease_expiry_ms,
+                retry_at_ms: task.retry_at_ms,
+            });
+            grants.push(Grant { fence, kind: task.spec.kind, lease_expiry_ms: task.lease_expiry_ms });
+            if let Some(group) = task.spec.group {
+                // The group changed: its next repair look is not backed off.
+                self.repair.insert(group, RepairState { misses: 0, next_at_ms: now_ms });
+            }
+        }
+        Response::Claimed { grants }
+    }
+
+    fn renew(&mut self, now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
+        if let Err(reason) = self.check_fence(&fence) {
+            obs.emit(Event::WriteRejected { fence, write: WriteKind::Renew, reason });
+            return Response::Rejected { reason };
+        }
+        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        let Some(ttl) = self.cfg.lease_ttl.for_kind(task.spec.kind) else {
+            // Heartbeat-owned: nothing to renew, the owner's heartbeat is the lease.
+            return Response::Renewed { lease_expiry_ms: u64::MAX };
+        };
+        let lease_expiry_ms = now_ms + ttl;
+        task.lease_expiry_ms = Some(lease_expiry_ms);
+        obs.emit(Event::LeaseRenewed { fence, lease_expiry_ms });
+        Response::Renewed { lease_expiry_ms }
+    }
+
+    fn complete(&mut self, now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
+        if let Err(reason) = self.check_fence(&fence) {
+            obs.emit(Event::WriteRejected { fence, write: WriteKind::Complete, reason });
+            return Response::Rejected { reason };
+        }
+        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        task.state = TaskState::Done;
+        task.owner = None;
+        task.lease_expiry_ms = None;
+        task.updated_ms = now_ms;
+        let retries = task.retries;
+        let (index, stage, kind) = (task.spec.index, task.spec.stage, task.spec.kind);
+        obs.emit(Event::WriteApplied { fence, write: WriteKind::Complete, retries, retry_at_ms: None, terminal: true });
+        // Completion effects commit in the same transaction as the task change.
+        if let (TaskKind::IndexBuild, Some(index)) = (kind, index) {
+            if self.materialized.insert(index) {
+                obs.emit(Event::IndexMaterialized { index, task: fence.task });
+            }
+        }
+        if let Some(stage) = stage {
+            let row = self.stages.entry(stage).or_default();
+            if row.task == Some(fence.task) {
+                row.task = None;
+                row.done = true;
+                obs.emit(Event::StageDone { stage, task: fence.task });
+            }
+        }
+        Response::Applied { retries, retry_at_ms: None }
+    }
+
+    fn fail(&mut self, now_ms: u64, fence: Fence, error: TaskError, obs: &dyn Observer) -> Response {
+        if let Err(reason) = self.check_fence(&fence) {
+            obs.emit(Event::WriteRejected { fence, write: WriteKind::Fail, reason });
+            return Response::Rejected { reason };
+        }
+        let backoff_cfg = self.cfg.clone();
+        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        task.retries += 1;
+        task.owner = None;
+        task.lease_expiry_ms = None;
+        task.updated_ms = now_ms;
+        let dead = error == TaskError::Fatal || task.retries > backoff_cfg.max_retries;
+        let retry_at_ms = if dead {
+            task.state = TaskState::Dead;
+            None
+        } else {
+            task.state = TaskState::Ready;
+            task.retry_at_ms = now_ms + backoff_cfg.retry_backoff_ms(task.retries);
+            Some(task.retry_at_ms)
+        };
+        obs.emit(Event::WriteApplied {
+            fence,
+            write: WriteKind::Fail,
+            retries: task.retries,
+            retry_at_ms,
+            terminal: dead,
+        });
+        Response::Applied { retries: task.retries, retry_at_ms }
+    }
+
+    fn clear_stage_link(&mut self, _now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
+        if let Err(reason) = self.check_fence(&fence) {
+            obs.emit(Event::WriteRejected { fence, write: WriteKind::ClearStageLink, reason });
+            return Response::Rejected { reason };
+        }
+        let task = &self.tasks[&fence.task];
+        let retries = task.retries;
+        if let Some(stage) = task.spec.stage {
+            let row = self.stages.entry(stage).or_default();
+            if row.task == Some(fence.task) {
+                row.task = None;
+                row.done = true;
+                obs.emit(Event::StageDone { stage, task: fence.task });
+            }
+        }
+        obs.emit(Event::WriteApplied {
+            fence,
+            write: WriteKind::ClearStageLink,
+            retries,
+            retry_at_ms: None,
+            terminal: false,
+        });
+        Response::Applied { retries, retry_at_ms: None }
+    }
+
+    fn observe_incarnation(&mut self, owner: Owner) {
+        let newest = self.incarnations.entry(owner.proc).or_insert(owner.incarnation);
+        *newest = (*newest).max(owner.incarnation);
+    }
+
+    /// Is this process incarnation dead: superseded by a restart, or silent?
+    fn owner_dead(&self, owner: Owner, now_ms: u64) -> bool {
+        let superseded = self.incarnations.get(&owner.proc).is_some_and(|&n| n > owner.incarnation);
+        let silent = match self.heartbeats.get(&owner) {
+            Some(&last) => now_ms.saturating_sub(last) > self.cfg.dead_after_ms,
+            None => true,
+        };
+        superseded || silent
+    }
+
+    /// Releases heartbeat-owned tasks (kinds without a lease TTL) of dead
+    /// owners. Leased kinds are left to lease expiry and repair.
+    fn release_dead(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
+        let victims: Vec<TaskId> = self
+            .tasks
+            .values()
+            .filter(|t| t.state == TaskState::Leased && t.lease_expiry_ms.is_none())
+            .filter(|t| t.owner.is_some_and(|o| self.owner_dead(o, now_ms)))
+            .map(|t| t.id)
+            .collect();
+        for id in &victims {
+            self.release(now_ms, *id, ReleaseCause::DeadOwner, obs);
+        }
+        Response::Released { tasks: victims.len() as u32 }
+    }
+
+    /// Reclaims expired leases of tasks outside any group; grouped tasks are
+    /// the business of group repair.
+    fn reclaim_expired(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
+        let victims: Vec<TaskId> = self
+            .tasks
+            .values()
+            .filter(|t| t.state == TaskState::Leased && t.spec.group.is_none())
+            .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
+            .map(|t| t.id)
+            .collect();
+        for id in &victims {
+            self.release(now_ms, *id, ReleaseCause::Expired, obs);
+        }
+        Response::Released { tasks: victims.len() as u32 }
+    }
+
+    /// Puts a leased task back to ready without an outcome. The next claim
+    /// makes a new attempt, so the old owner's writes are fenced off.
+    fn release(&mut self, now_ms: u64, id: TaskId, cause: ReleaseCause, obs: &dyn Observer) {
+        let task = self.tasks.get_mut(&id).expect("released task exists");
+        debug_assert_eq!(task.state, TaskState::Leased);
+        let owner = task.owner.take().expect("leased task has an owner");
+        let fence = Fence { task: id, attempt: task.attempt, owner };
+        task.state = TaskState::Ready;
+        task.lease_expiry_ms = None;
+        task.updated_ms = now_ms;
+        if cause == ReleaseCause::Repair {
+            task.repair_count += 1;
+        }
+        obs.emit(Event::LeaseReleased { fence, cause });
+    }
+
+    fn due_stages(&self) -> Vec<StageRef> {
+        self.stages
+            .iter()
+            .filter(|(stage, row)| !row.done && row.task.is_none() && self.previous_stage_done(**stage))
+            .map(|(stage, _)| *stage)
+            .collect()
+    }
+
+    fn previous_stage_done(&self, stage: StageRef) -> bool {
+        stage.index == 0
+            || self
+                .stages
+                .get(&StageRef { pipeline: stage.pipeline, index: stage.index - 1 })
+                .is_some_and(|row| row.done)
+    }
+
+    fn enqueue_stage(&mut self, now_ms: u64, stage: StageRef, obs: &dyn Observer) -> Response {
+        if let Err(reason) = self.stage_guard(stage) {
+            obs.emit(Event::StageEnqueueRefused { stage, reason });
+            return Response::Rejected { reason };
+        }
+        let spec = TaskSpec {
+            kind: TaskKind::Stage,
+            group: Some(stage.pipeline),
+            stage: Some(stage),
+            index: None,
+            not_before_ms: now_ms,
+        };
+        let resp = self.enqueue(now_ms, spec, obs);
+        if let Response::Enqueued { task } = resp {
+            // Linked atomically with the creation.
+            self.stages.entry(stage).or_default().task = Some(task);
+        }
+        resp
+    }
+
+    /// The guarded insert of a stage task: the stage exists, is due, has no
+    /// task linked, and is not done.
+    fn stage_guard(&self, stage: StageRef) -> Result<(), Rejection> {
+        let row = self.stages.get(&stage).ok_or(Rejection::Missing)?;
+        if row.task.is_some() || row.done || !self.previous_stage_done(stage) {
+            return Err(Rejection::StageGuard);
+        }
+        Ok(())
+    }
+}

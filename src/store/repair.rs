@@ -1,0 +1,57 @@
+//! Group repair: reclaim expired leases of workflow runs and pipelines.
+//!
+//! Repair judges a group by every open task in it: an expired lease anywhere
+//! makes repair needed, and only the expired tasks are reclaimed; tasks whose
+//! leases are healthy are left untouched (owner, attempt, lease).
+
+use super::{RepairState, Store};
+use crate::event::{Event, Observer, ReleaseCause};
+use crate::ids::{GroupId, TaskId};
+use crate::proto::Response;
+use crate::task::{Task, TaskState};
+use std::collections::BTreeMap;
+
+impl Store {
+    pub(super) fn repair_groups(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
+        let mut leased: BTreeMap<GroupId, Vec<&Task>> = BTreeMap::new();
+        for task in self.tasks.values() {
+            if let (TaskState::Leased, Some(group), Some(_)) = (task.state, task.spec.group, task.lease_expiry_ms) {
+                leased.entry(group).or_default().push(task);
+            }
+        }
+        let mut decisions: Vec<(GroupId, Vec<TaskId>)> = Vec::new();
+        for (group, tasks) in leased {
+            let state = self.repair.get(&group).cloned().unwrap_or_default();
+            if now_ms < state.next_at_ms {
+                continue;
+            }
+            decisions.push((group, expired_tasks(&tasks, now_ms)));
+        }
+        let mut reclaimed_total = 0;
+        for (group, expired) in decisions {
+            let needed = !expired.is_empty();
+            for id in &expired {
+                self.release(now_ms, *id, ReleaseCause::Repair, obs);
+            }
+            reclaimed_total += expired.len() as u32;
+            let state = self.repair.entry(group).or_default();
+            if needed {
+                *state = RepairState { misses: 0, next_at_ms: now_ms };
+            } else {
+                state.misses += 1;
+                state.next_at_ms = now_ms + self.cfg.repair_backoff_ms(state.misses);
+            }
+            obs.emit(Event::RepairDecision { group, needed, reclaimed: expired });
+        }
+        Response::Released { tasks: reclaimed_total }
+    }
+}
+
+/// The run summary used by repair: every leased task whose lease has expired.
+fn expired_tasks(leased: &[&Task], now_ms: u64) -> Vec<TaskId> {
+    leased
+        .iter()
+        .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
+        .map(|t| t.id)
+        .collect()
+}

@@ -1,0 +1,100 @@
+//! A worker process: a claim loop under a concurrency semaphore, the attempts
+//! it spawns, and the background duties beside it (heartbeats, recovery,
+//! repair, maintenance passes, peer notes).
+//!
+//! The claim loop never awaits anything unbounded: maintenance passes run as
+//! single-flight tasks that it only polls, and every attempt's outcome
+//! persistence has a deadline after which its permit is dropped.
+
+mod attempt;
+mod background;
+mod claim_loop;
+mod maintenance;
+
+use crate::clock::Clock;
+use crate::config::EngineConfig;
+use crate::event::{Event, Observer};
+use crate::handler::TaskHandler;
+use crate::ids::Owner;
+use crate::proto::{Request, Response, RpcError, Transport};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Everything one worker incarnation's tasks share.
+pub(crate) struct Ctx<T, H> {
+    pub cfg: EngineConfig,
+    pub owner: Owner,
+    pub transport: T,
+    pub handler: H,
+    pub clock: Arc<dyn Clock>,
+    pub obs: Arc<dyn Observer>,
+    pub permits: Arc<Semaphore>,
+    /// Wakes the claim loop early (a peer said a task is due).
+    pub kick: Notify,
+}
+
+impl<T: Transport, H: TaskHandler> Ctx<T, H> {
+    pub fn emit(&self, event: Event) {
+        self.obs.emit(event);
+    }
+
+    /// A store call bounded by `deadline_ms`. `None` means the call never
+    /// answered in time (or could not be delivered).
+    pub async fn call_within(&self, req: Request, deadline_ms: u64) -> Option<Response> {
+        match tokio::time::timeout(Duration::from_millis(deadline_ms), self.transport.call(req)).await {
+            Ok(Ok(resp)) => Some(resp),
+            Ok(Err(RpcError::Unavailable)) | Err(_) => None,
+        }
+    }
+
+    /// A store call bounded by the ordinary RPC deadline.
+    pub async fn call(&self, req: Request) -> Option<Response> {
+        self.call_within(req, self.cfg.rpc_timeout_ms).await
+    }
+
+    /// Sleeps until this process's clock reads `at_ms` (store times are
+    /// compared against the local clock, skew included).
+    pub async fn sleep_until_local(&self, at_ms: u64) {
+        let now_ms = self.clock.now_ms();
+        if at_ms > now_ms {
+            tokio::time::sleep(Duration::from_millis(at_ms - now_ms)).await;
+        }
+    }
+}
+
+/// The number of permits a worker runs with: exactly what was configured.
+/// Durability topology (shard targets) must not serialize execution.
+pub fn effective_concurrency(cfg: &EngineConfig) -> u32 {
+    cfg.concurrency
+}
+
+/// Aborts the spawned task when dropped, so a worker's children end with it.
+pub(crate) struct AbortOnDrop<R>(pub JoinHandle<R>);
+
+impl<R> Drop for AbortOnDrop<R> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub struct Worker<T, H> {
+    ctx: Arc<Ctx<T, H>>,
+}
+
+impl<T: Transport, H: TaskHandler> Worker<T, H> {
+    pub fn new(cfg: EngineConfig, owner: Owner, transport: T, handler: H, clock: Arc<dyn Clock>, obs: Arc<dyn Observer>) -> Self {
+        let permits = Arc::new(Semaphore::new(effective_concurrency(&cfg) as usize));
+        let ctx = Ctx { cfg, owner, transport, handler, clock, obs, permits, kick: Notify::new() };
+        Worker { ctx: Arc::new(ctx) }
+    }
+
+    /// Runs the process until it is killed (the future is dropped).
+    pub async fn run(self) {
+        let ctx = self.ctx;
+        ctx.emit(Event::ProcessStarted { owner: ctx.owner, concurrency: effective_concurrency(&ctx.cfg) });
+        let _background = background::spawn_all(&ctx);
+        claim_loop::run(ctx).await;
+    }
+}
