@@ -34,14 +34,19 @@ impl<T: Transport> Client<T> {
     }
 
     pub async fn create_pipeline(&self, pipeline: GroupId, stages: u32) -> bool {
-        matches!(self.call(Request::CreatePipeline { pipeline, stages }, self.rpc_timeout_ms).await, Some(Response::Ack))
+        matches!(
+            self.call(Request::CreatePipeline { pipeline, stages }, self.rpc_timeout_ms).await,
+            Some(Response::Ack)
+        )
     }
 
     /// Is the index materialized, waiting for it up to `lag_timeout_ms`?
     pub async fn query_index(&self, index: IndexId, lag_timeout_ms: u64) -> bool {
         let req = Request::QueryIndex { index, lag_timeout_ms };
-        let materialized =
-            matches!(self.call(req, lag_timeout_ms + self.rpc_timeout_ms).await, Some(Response::Query { materialized: true }));
+        let materialized = matches!(
+            self.call(req, lag_timeout_ms + self.rpc_timeout_ms).await,
+            Some(Response::Query { materialized: true })
+        );
         self.obs.emit(Event::QueryResult { index, materialized });
         materialized
     }

@@ -19,6 +19,8 @@ pub enum ReleaseCause {
     DeadOwner,
     /// Group repair reclaimed an expired lease.
     Repair,
+    /// Same-owner recovery: the owner is alive but no longer runs the attempt.
+    Orphaned,
 }
 
 /// Which fenced write.
@@ -36,52 +38,155 @@ pub enum WriteKind {
 pub enum Event {
     // ---- store: the committed state changes ----
     /// A task was created.
-    TaskCreated { task: TaskId, spec: TaskSpec, retry_at_ms: u64 },
+    TaskCreated {
+        task: TaskId,
+        spec: TaskSpec,
+        retry_at_ms: u64,
+    },
     /// A guarded stage insert was refused.
-    StageEnqueueRefused { stage: StageRef, reason: Rejection },
-    PipelineCreated { pipeline: GroupId, stages: u32 },
+    StageEnqueueRefused {
+        stage: StageRef,
+        reason: Rejection,
+    },
+    PipelineCreated {
+        pipeline: GroupId,
+        stages: u32,
+    },
     /// A claim: the task is leased to `fence.owner` at attempt `fence.attempt`.
-    LeaseGranted { fence: Fence, kind: TaskKind, lease_expiry_ms: Option<u64>, retry_at_ms: u64 },
-    LeaseRenewed { fence: Fence, lease_expiry_ms: u64 },
+    LeaseGranted {
+        fence: Fence,
+        kind: TaskKind,
+        lease_expiry_ms: Option<u64>,
+        retry_at_ms: u64,
+    },
+    LeaseRenewed {
+        fence: Fence,
+        lease_expiry_ms: u64,
+    },
     /// The task went back to ready without an outcome.
-    LeaseReleased { fence: Fence, cause: ReleaseCause },
+    LeaseReleased {
+        fence: Fence,
+        cause: ReleaseCause,
+    },
     /// A fenced write took effect. `retry_at_ms` is set for a retried failure.
-    WriteApplied { fence: Fence, write: WriteKind, retries: u32, retry_at_ms: Option<u64>, terminal: bool },
+    WriteApplied {
+        fence: Fence,
+        write: WriteKind,
+        retries: u32,
+        retry_at_ms: Option<u64>,
+        terminal: bool,
+    },
     /// A fenced write was refused; nothing changed.
-    WriteRejected { fence: Fence, write: WriteKind, reason: Rejection },
+    WriteRejected {
+        fence: Fence,
+        write: WriteKind,
+        reason: Rejection,
+    },
     /// A lease check (before recording a failure).
-    LeaseChecked { fence: Fence, valid: bool },
-    HeartbeatApplied { owner: Owner },
+    LeaseChecked {
+        fence: Fence,
+        valid: bool,
+    },
+    HeartbeatApplied {
+        owner: Owner,
+    },
     /// Group repair looked at a group. `reclaimed` lists what it reclaimed.
-    RepairDecision { group: GroupId, needed: bool, reclaimed: Vec<TaskId> },
-    IndexMaterialized { index: IndexId, task: TaskId },
-    StageDone { stage: StageRef, task: TaskId },
-    QueryAnswered { index: IndexId, materialized: bool, waited_ms: u64 },
-    MaintenanceApplied { owner: Owner, kind: MaintenanceKind },
-    PipelineSnapshotTaken { by: Owner, due: Vec<StageRef> },
+    RepairDecision {
+        group: GroupId,
+        needed: bool,
+        reclaimed: Vec<TaskId>,
+    },
+    IndexMaterialized {
+        index: IndexId,
+        task: TaskId,
+    },
+    StageDone {
+        stage: StageRef,
+        task: TaskId,
+    },
+    QueryAnswered {
+        index: IndexId,
+        materialized: bool,
+        waited_ms: u64,
+    },
+    MaintenanceApplied {
+        owner: Owner,
+        kind: MaintenanceKind,
+    },
+    PipelineSnapshotTaken {
+        by: Owner,
+        due: Vec<StageRef>,
+    },
 
     // ---- worker processes ----
-    ProcessStarted { owner: Owner, concurrency: u32 },
-    PermitAcquired { owner: Owner, task: TaskId, attempt: u32 },
-    PermitReleased { owner: Owner, task: TaskId, attempt: u32 },
-    ExecutionStarted { fence: Fence },
-    ExecutionFinished { fence: Fence, error: Option<TaskError> },
+    ProcessStarted {
+        owner: Owner,
+        concurrency: u32,
+    },
+    PermitAcquired {
+        owner: Owner,
+        task: TaskId,
+        attempt: u32,
+    },
+    PermitReleased {
+        owner: Owner,
+        task: TaskId,
+        attempt: u32,
+    },
+    ExecutionStarted {
+        fence: Fence,
+    },
+    ExecutionFinished {
+        fence: Fence,
+        error: Option<TaskError>,
+    },
     /// Outcome persistence hit its deadline; the permit is dropped.
-    FinalizeTimedOut { fence: Fence },
+    FinalizeTimedOut {
+        fence: Fence,
+    },
     /// A completion callback was published to the application.
-    CallbackPublished { fence: Fence },
-    HeartbeatSent { owner: Owner },
-    MaintenanceStarted { owner: Owner, kind: MaintenanceKind, pass: u64 },
-    MaintenanceEnded { owner: Owner, kind: MaintenanceKind, pass: u64 },
+    CallbackPublished {
+        fence: Fence,
+    },
+    HeartbeatSent {
+        owner: Owner,
+    },
+    MaintenanceStarted {
+        owner: Owner,
+        kind: MaintenanceKind,
+        pass: u64,
+    },
+    MaintenanceEnded {
+        owner: Owner,
+        kind: MaintenanceKind,
+        pass: u64,
+    },
     /// The claim loop found a pass of this kind still running and went on.
-    MaintenanceStillRunning { owner: Owner, kind: MaintenanceKind, pass: u64, age_ms: u64 },
+    MaintenanceStillRunning {
+        owner: Owner,
+        kind: MaintenanceKind,
+        pass: u64,
+        age_ms: u64,
+    },
     /// A peer note was received; the task is planned to be claimed at `wake_at_ms`
     /// (in this process's clock).
-    RetryPlanned { owner: Owner, task: TaskId, retries: u32, wake_at_ms: u64 },
-    NoteSent { owner: Owner, task: TaskId, retry_at_ms: u64 },
+    RetryPlanned {
+        owner: Owner,
+        task: TaskId,
+        retries: u32,
+        wake_at_ms: u64,
+    },
+    NoteSent {
+        owner: Owner,
+        task: TaskId,
+        retry_at_ms: u64,
+    },
 
     // ---- client ----
-    QueryResult { index: IndexId, materialized: bool },
+    QueryResult {
+        index: IndexId,
+        materialized: bool,
+    },
 }
 
 impl Event {

@@ -11,35 +11,81 @@ use std::future::Future;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Request {
-    Enqueue { spec: TaskSpec },
+    Enqueue {
+        spec: TaskSpec,
+    },
     /// Create a pipeline of `stages` sequential stages; its first stage is due.
-    CreatePipeline { pipeline: GroupId, stages: u32 },
+    CreatePipeline {
+        pipeline: GroupId,
+        stages: u32,
+    },
     /// Claim up to `max` due tasks; hold the request open up to `wait_ms`.
-    Claim { owner: Owner, max: u32, wait_ms: u64 },
+    Claim {
+        owner: Owner,
+        max: u32,
+        wait_ms: u64,
+    },
     /// Process heartbeat: the owner is alive.
-    Heartbeat { owner: Owner },
-    Renew { fence: Fence },
+    Heartbeat {
+        owner: Owner,
+    },
+    Renew {
+        fence: Fence,
+    },
     /// Is this attempt's lease still the current, valid one?
-    LeaseValid { fence: Fence },
-    Complete { fence: Fence },
-    Fail { fence: Fence, error: TaskError },
+    LeaseValid {
+        fence: Fence,
+    },
+    Complete {
+        fence: Fence,
+    },
+    Fail {
+        fence: Fence,
+        error: TaskError,
+    },
     /// First half of a two-step stage completion: clear the stage link and
     /// mark the stage done, leaving the task itself in place.
-    ClearStageLink { fence: Fence },
+    ClearStageLink {
+        fence: Fence,
+    },
     /// Release the tasks of processes silent for longer than the dead timeout.
-    ReleaseDead { by: Owner },
+    ReleaseDead {
+        by: Owner,
+    },
+    /// Same-owner recovery: release the tasks leased to `owner` that it is not
+    /// running, if they were granted more than `older_than_ms` ago (a claim
+    /// answer older than that was dropped by its caller).
+    ReleaseOrphans {
+        owner: Owner,
+        running: Vec<TaskId>,
+        older_than_ms: u64,
+    },
     /// Reclaim expired leases of tasks outside any group.
-    ReclaimExpired { by: Owner },
+    ReclaimExpired {
+        by: Owner,
+    },
     /// Repair every group whose repair is due.
-    Repair { by: Owner },
+    Repair {
+        by: Owner,
+    },
     /// One maintenance pass of one kind (index, bucket, tenant).
-    Maintain { owner: Owner, kind: MaintenanceKind },
+    Maintain {
+        owner: Owner,
+        kind: MaintenanceKind,
+    },
     /// A snapshot of stages that are due and have no task.
-    PipelineSnapshot { by: Owner },
+    PipelineSnapshot {
+        by: Owner,
+    },
     /// Guarded insert of a stage's task.
-    EnqueueStage { stage: StageRef },
+    EnqueueStage {
+        stage: StageRef,
+    },
     /// Wait up to `lag_timeout_ms` for the index to be materialized.
-    QueryIndex { index: IndexId, lag_timeout_ms: u64 },
+    QueryIndex {
+        index: IndexId,
+        lag_timeout_ms: u64,
+    },
 }
 
 impl Request {
@@ -56,6 +102,7 @@ impl Request {
             Request::Fail { .. } => "fail",
             Request::ClearStageLink { .. } => "clear-stage-link",
             Request::ReleaseDead { .. } => "release-dead",
+            Request::ReleaseOrphans { .. } => "release-orphans",
             Request::ReclaimExpired { .. } => "reclaim-expired",
             Request::Repair { .. } => "repair",
             Request::Maintain { .. } => "maintain",
@@ -102,18 +149,37 @@ pub enum Rejection {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Response {
-    Enqueued { task: TaskId },
-    Claimed { grants: Vec<Grant> },
+    Enqueued {
+        task: TaskId,
+    },
+    Claimed {
+        grants: Vec<Grant>,
+    },
     Ack,
-    Renewed { lease_expiry_ms: u64 },
-    Valid { valid: bool },
+    Renewed {
+        lease_expiry_ms: u64,
+    },
+    Valid {
+        valid: bool,
+    },
     /// A fenced write took effect. For a fail, `retry_at_ms` is the committed
     /// retry time (`None` when the task died) and `retries` the failures spent.
-    Applied { retries: u32, retry_at_ms: Option<u64> },
-    Rejected { reason: Rejection },
-    Released { tasks: u32 },
-    Snapshot { due: Vec<StageRef> },
-    Query { materialized: bool },
+    Applied {
+        retries: u32,
+        retry_at_ms: Option<u64>,
+    },
+    Rejected {
+        reason: Rejection,
+    },
+    Released {
+        tasks: u32,
+    },
+    Snapshot {
+        due: Vec<StageRef>,
+    },
+    Query {
+        materialized: bool,
+    },
 }
 
 /// The call could not be delivered (process or link gone).

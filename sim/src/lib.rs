@@ -1,1 +1,15 @@
+//! leasesim's harness: seeded simulated worlds that run the engine, inject
+//! faults, record the event history and check invariants against it.
 
+#[cfg(not(madsim))]
+compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
+
+pub mod check;
+pub mod cli;
+pub mod faults;
+pub mod fuzz;
+pub mod history;
+pub mod outcome;
+pub mod runner;
+pub mod scenario;
+pub mod world;

@@ -8,6 +8,8 @@
 mod fence;
 mod repair;
 pub mod server;
+#[cfg(test)]
+mod tests;
 
 use crate::config::EngineConfig;
 use crate::event::{Event, Observer, ReleaseCause, WriteKind};
@@ -114,6 +116,9 @@ impl Store {
             Request::Fail { fence, error } => self.fail(now_ms, *fence, *error, obs),
             Request::ClearStageLink { fence } => self.clear_stage_link(now_ms, *fence, obs),
             Request::ReleaseDead { .. } => self.release_dead(now_ms, obs),
+            Request::ReleaseOrphans { owner, running, older_than_ms } => {
+                self.release_orphans(now_ms, *owner, running, *older_than_ms, obs)
+            }
             Request::ReclaimExpired { .. } => self.reclaim_expired(now_ms, obs),
             Request::Repair { .. } => self.repair_groups(now_ms, obs),
             Request::Maintain { owner, kind } => {
@@ -126,9 +131,7 @@ impl Store {
                 Response::Snapshot { due }
             }
             Request::EnqueueStage { stage } => self.enqueue_stage(now_ms, *stage, obs),
-            Request::QueryIndex { index, .. } => {
-                Response::Query { materialized: self.materialized.contains(index) }
-            }
+            Request::QueryIndex { index, .. } => Response::Query { materialized: self.materialized.contains(index) },
         }
     }
 
@@ -223,8 +226,7 @@ impl Store {
             }
         }
         if let Some(stage) = stage {
-            let row = self.stages.entry(stage).or_default();
-            if row.task == Some(fence.task) {
+            if let Some(row) = self.stages.get_mut(&stage).filter(|row| row.task == Some(fence.task)) {
                 row.task = None;
                 row.done = true;
                 obs.emit(Event::StageDone { stage, task: fence.task });
@@ -271,8 +273,7 @@ impl Store {
         let task = &self.tasks[&fence.task];
         let retries = task.retries;
         if let Some(stage) = task.spec.stage {
-            let row = self.stages.entry(stage).or_default();
-            if row.task == Some(fence.task) {
+            if let Some(row) = self.stages.get_mut(&stage).filter(|row| row.task == Some(fence.task)) {
                 row.task = None;
                 row.done = true;
                 obs.emit(Event::StageDone { stage, task: fence.task });
@@ -315,6 +316,30 @@ impl Store {
             .collect();
         for id in &victims {
             self.release(now_ms, *id, ReleaseCause::DeadOwner, obs);
+        }
+        Response::Released { tasks: victims.len() as u32 }
+    }
+
+    /// Same-owner recovery: the owner says which tasks it still runs; every
+    /// other task leased to it long enough ago goes back to ready, and its next
+    /// claim is a new attempt that fences off whatever the old one still sends.
+    fn release_orphans(
+        &mut self,
+        now_ms: u64,
+        owner: Owner,
+        running: &[TaskId],
+        older_than_ms: u64,
+        obs: &dyn Observer,
+    ) -> Response {
+        let victims: Vec<TaskId> = self
+            .tasks
+            .values()
+            .filter(|t| t.state == TaskState::Leased && t.owner == Some(owner))
+            .filter(|t| !running.contains(&t.id) && now_ms.saturating_sub(t.updated_ms) > older_than_ms)
+            .map(|t| t.id)
+            .collect();
+        for id in &victims {
+            self.release(now_ms, *id, ReleaseCause::Orphaned, obs);
         }
         Response::Released { tasks: victims.len() as u32 }
     }

@@ -19,16 +19,17 @@ impl Store {
                 leased.entry(group).or_default().push(task);
             }
         }
-        let mut decisions: Vec<(GroupId, Vec<TaskId>)> = Vec::new();
+        let mut decisions: Vec<(GroupId, Vec<TaskId>, u64)> = Vec::new();
         for (group, tasks) in leased {
             let state = self.repair.get(&group).cloned().unwrap_or_default();
             if now_ms < state.next_at_ms {
                 continue;
             }
-            decisions.push((group, expired_tasks(&tasks, now_ms)));
+            let next_expiry_ms = tasks.iter().filter_map(|t| t.lease_expiry_ms).filter(|&e| e > now_ms).min();
+            decisions.push((group, expired_tasks(&tasks, now_ms), next_expiry_ms.unwrap_or(u64::MAX)));
         }
         let mut reclaimed_total = 0;
-        for (group, expired) in decisions {
+        for (group, expired, next_expiry_ms) in decisions {
             let needed = !expired.is_empty();
             for id in &expired {
                 self.release(now_ms, *id, ReleaseCause::Repair, obs);
@@ -39,7 +40,9 @@ impl Store {
                 *state = RepairState { misses: 0, next_at_ms: now_ms };
             } else {
                 state.misses += 1;
-                state.next_at_ms = now_ms + self.cfg.repair_backoff_ms(state.misses);
+                // Back off, but look again no later than the next lease expiry:
+                // a lease that expires must not wait out a long backoff.
+                state.next_at_ms = (now_ms + self.cfg.repair_backoff_ms(state.misses)).min(next_expiry_ms);
             }
             obs.emit(Event::RepairDecision { group, needed, reclaimed: expired });
         }
@@ -49,9 +52,5 @@ impl Store {
 
 /// The run summary used by repair: every leased task whose lease has expired.
 fn expired_tasks(leased: &[&Task], now_ms: u64) -> Vec<TaskId> {
-    leased
-        .iter()
-        .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
-        .map(|t| t.id)
-        .collect()
+    leased.iter().filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms)).map(|t| t.id).collect()
 }

@@ -48,8 +48,7 @@ impl StoreServer {
         match req {
             Request::Claim { wait_ms, .. } if wait_ms > 0 => {
                 let deadline_ms = self.clock.now_ms() + wait_ms;
-                self.hold(&req, deadline_ms, |r| matches!(r, Response::Claimed { grants } if !grants.is_empty()))
-                    .await
+                self.hold(&req, deadline_ms, |r| matches!(r, Response::Claimed { grants } if !grants.is_empty())).await
             }
             Request::QueryIndex { index, lag_timeout_ms } => {
                 let start_ms = self.clock.now_ms();
@@ -102,9 +101,13 @@ fn changes_state(req: &Request, resp: &Response) -> bool {
         (Request::Claim { .. }, Response::Claimed { grants }) => !grants.is_empty(),
         (Request::Heartbeat { .. }, _) => false,
         (Request::QueryIndex { .. } | Request::PipelineSnapshot { .. } | Request::LeaseValid { .. }, _) => false,
-        (Request::ReleaseDead { .. } | Request::ReclaimExpired { .. } | Request::Repair { .. }, Response::Released { tasks }) => {
-            *tasks > 0
-        }
+        (
+            Request::ReleaseDead { .. }
+            | Request::ReleaseOrphans { .. }
+            | Request::ReclaimExpired { .. }
+            | Request::Repair { .. },
+            Response::Released { tasks },
+        ) => *tasks > 0,
         _ => true,
     }
 }

@@ -14,6 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: Grant, permit: OwnedSemaphorePermit) {
     let fence = grant.fence;
     ctx.emit(Event::PermitAcquired { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
+    ctx.running.lock().expect("running lock").insert((fence.task, fence.attempt));
     let ctx = ctx.clone();
     tokio::spawn(async move {
         let _renewer = grant.lease_expiry_ms.map(|expiry_ms| {
@@ -25,6 +26,7 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
         ctx.emit(Event::ExecutionFinished { fence, error: result.err() });
         persist_outcome(&ctx, fence, result).await;
         drop(_renewer);
+        ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
         ctx.emit(Event::PermitReleased { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
         drop(permit);
     });
@@ -81,8 +83,15 @@ fn spawn_note<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fence, 
 
 /// Renews the lease whenever its remaining time drops to TTL / renew_divisor.
 /// Stops when the store rejects a renewal: the lease is gone.
-async fn keep_renewed<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>, fence: Fence, kind: TaskKind, mut expiry_ms: u64) {
-    let Some(ttl_ms) = ctx.cfg.lease_ttl.for_kind(kind) else { return };
+async fn keep_renewed<T: Transport, H: TaskHandler>(
+    ctx: Arc<Ctx<T, H>>,
+    fence: Fence,
+    kind: TaskKind,
+    mut expiry_ms: u64,
+) {
+    let Some(ttl_ms) = ctx.cfg.lease_ttl.for_kind(kind) else {
+        return;
+    };
     let margin_ms = ttl_ms / ctx.cfg.renew_divisor;
     loop {
         ctx.sleep_until_local(expiry_ms.saturating_sub(margin_ms)).await;

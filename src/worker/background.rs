@@ -22,6 +22,11 @@ pub(super) fn spawn_all<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>) -> V
         }),
         periodic(ctx, cfg.recovery_interval_ms, cfg.recovery_interval_ms, move |ctx| async move {
             ctx.call(Request::ReclaimExpired { by: owner }).await;
+            // A claim answer older than the claim deadline was dropped, so a
+            // task granted before that and not running here is an orphan.
+            let running: Vec<_> = ctx.running.lock().expect("running lock").iter().map(|(task, _)| *task).collect();
+            let older_than_ms = ctx.cfg.long_poll_ms + ctx.cfg.rpc_timeout_ms;
+            ctx.call(Request::ReleaseOrphans { owner, running, older_than_ms }).await;
         }),
         periodic(ctx, cfg.repair_interval_ms, cfg.repair_interval_ms, move |ctx| async move {
             ctx.call(Request::Repair { by: owner }).await;

@@ -41,7 +41,10 @@ pub(super) async fn run<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>) {
 
 /// Waits (at most one idle period) for a free permit, then takes every other
 /// free one up to the claim batch size.
-async fn take_permits<T: Transport, H: TaskHandler>(ctx: &Ctx<T, H>, idle: Duration) -> Option<Vec<OwnedSemaphorePermit>> {
+async fn take_permits<T: Transport, H: TaskHandler>(
+    ctx: &Ctx<T, H>,
+    idle: Duration,
+) -> Option<Vec<OwnedSemaphorePermit>> {
     let first = tokio::select! {
         biased;
         permit = ctx.permits.clone().acquire_owned() => permit.expect("semaphore never closed"),

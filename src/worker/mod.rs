@@ -33,6 +33,8 @@ pub(crate) struct Ctx<T, H> {
     pub permits: Arc<Semaphore>,
     /// Wakes the claim loop early (a peer said a task is due).
     pub kick: Notify,
+    /// Tasks this process is executing or finalizing (for same-owner recovery).
+    pub running: std::sync::Mutex<std::collections::BTreeSet<(crate::ids::TaskId, u32)>>,
 }
 
 impl<T: Transport, H: TaskHandler> Ctx<T, H> {
@@ -84,9 +86,26 @@ pub struct Worker<T, H> {
 }
 
 impl<T: Transport, H: TaskHandler> Worker<T, H> {
-    pub fn new(cfg: EngineConfig, owner: Owner, transport: T, handler: H, clock: Arc<dyn Clock>, obs: Arc<dyn Observer>) -> Self {
+    pub fn new(
+        cfg: EngineConfig,
+        owner: Owner,
+        transport: T,
+        handler: H,
+        clock: Arc<dyn Clock>,
+        obs: Arc<dyn Observer>,
+    ) -> Self {
         let permits = Arc::new(Semaphore::new(effective_concurrency(&cfg) as usize));
-        let ctx = Ctx { cfg, owner, transport, handler, clock, obs, permits, kick: Notify::new() };
+        let ctx = Ctx {
+            cfg,
+            owner,
+            transport,
+            handler,
+            clock,
+            obs,
+            permits,
+            kick: Notify::new(),
+            running: Default::default(),
+        };
         Worker { ctx: Arc::new(ctx) }
     }
 

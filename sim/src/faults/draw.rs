@@ -1,0 +1,90 @@
+//! Swarm fault plans: which fault kinds are on for a seed, how often, whom
+//! they hit and when, drawn from the seed alone within the scenario's limits.
+//!
+//! Each kind is switched on with probability 1/2, so different seeds stress
+//! different mixes (swarm testing); an enabled kind gets one to
+//! `max_events_per_kind` events.
+
+use super::{FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
+use crate::scenario::Scenario;
+use crate::world::mix;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The stream of the seed that fault plans are drawn from ("faults").
+const FAULT_STREAM: u64 = 0x6661_756c_7473;
+
+pub fn draw(seed: u64, scenario: &Scenario) -> FaultPlan {
+    let limits = &scenario.faults;
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, FAULT_STREAM, 0));
+    let mut events = Vec::new();
+    for kind in FaultKind::ALL {
+        let allowed = limits.kinds.contains(&kind);
+        // Draw the coin even for kinds that are not allowed, so that allowing
+        // one more kind does not reshuffle the plans of the others.
+        let on = rng.gen_bool(0.5);
+        if !allowed || !on || limits.max_events_per_kind == 0 {
+            continue;
+        }
+        let n = rng.gen_range(1..=limits.max_events_per_kind);
+        for _ in 0..n {
+            events.push(draw_one(kind, &mut rng, scenario));
+        }
+    }
+    events.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then(a.kind.cmp(&b.kind)));
+    FaultPlan { events }
+}
+
+fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEvent {
+    let limits = &s.faults;
+    let phase_ms = s.phases.fault_phase_ms;
+    let at_ms = rng.gen_range(0..phase_ms.saturating_sub(1_000).max(1));
+    let room_ms = phase_ms - at_ms;
+    let mut span =
+        |max_ms: u64| rng.gen_range(1_000.min(room_ms)..=max_ms.clamp(1_000, room_ms.max(1_000)).min(room_ms));
+    let mut e = FaultEvent { kind, at_ms, for_ms: 0, proc: None, rate: 0.0, magnitude_ms: 0 };
+    match kind {
+        FaultKind::ProcessKill => e.for_ms = span(limits.max_downtime_ms),
+        FaultKind::ProcessPause => e.for_ms = span(limits.max_pause_ms),
+        FaultKind::Partition => e.for_ms = span(limits.max_partition_ms),
+        FaultKind::MissedHeartbeat => e.for_ms = span(limits.max_pause_ms),
+        FaultKind::StoreStall => e.for_ms = span(limits.max_stall_ms),
+        FaultKind::ClockOffset => {}
+        _ => e.for_ms = span(limits.max_window_ms),
+    }
+    let workers = s.topology.workers;
+    match kind {
+        FaultKind::ProcessKill | FaultKind::ProcessPause | FaultKind::Partition | FaultKind::MissedHeartbeat => {
+            e.proc = Some(rng.gen_range(1..=workers));
+        }
+        FaultKind::ClockOffset => {
+            e.at_ms = 0;
+            e.proc = Some(rng.gen_range(1..=workers));
+            let max = limits.max_clock_offset_ms as i64;
+            e.magnitude_ms = rng.gen_range(-max..=max);
+        }
+        FaultKind::HungFinalization => {
+            e.rate = rng.gen_range(0.1..0.8);
+            let deadline = s.engine.finalize_deadline_ms as i64;
+            e.magnitude_ms =
+                if rng.gen_bool(0.5) { UNTIL_HEAL } else { rng.gen_range(deadline * 3 / 2..=deadline * 4) };
+        }
+        FaultKind::StalePoll | FaultKind::MessageDelay => {
+            e.rate = rng.gen_range(0.1..0.8);
+            e.magnitude_ms = rng.gen_range(500..=limits.max_delay_ms.max(500)) as i64;
+        }
+        FaultKind::TxnTimeout => {
+            e.rate = rng.gen_range(0.05..0.5);
+            e.magnitude_ms = rng.gen_range(100..=5_000);
+        }
+        FaultKind::SlowPreparation => {
+            e.rate = rng.gen_range(0.1..0.8);
+            e.magnitude_ms = rng.gen_range(1_000..=60_000);
+        }
+        FaultKind::MessageLoss | FaultKind::WriteConflict | FaultKind::HungMaintenance => {
+            e.rate = rng.gen_range(0.05..0.5);
+        }
+        FaultKind::StoreStall => {}
+    }
+    e
+}

@@ -1,0 +1,164 @@
+//! Fuzz campaigns: many seeds, in parallel, each isolated as in `runner`.
+//!
+//! Results are folded in seed order into one summary, so the summary of a
+//! campaign does not depend on how many jobs ran it or in which order seeds
+//! finished.
+
+use crate::outcome::Outcome;
+use crate::runner::{self, PlanSource, RunError, RunSpec};
+use crate::scenario::Scenario;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// A scenario as the campaign runs it, with the name it was given by.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub arg: String,
+    pub scenario: Arc<Scenario>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    pub targets: Vec<Target>,
+    /// Seeds to run, in order (each against every target).
+    pub seeds: Vec<u64>,
+    pub jobs: usize,
+    pub plan: PlanSource,
+    pub watchdog: Duration,
+}
+
+/// One failing seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub scenario: String,
+    pub seed: u64,
+    /// The violated invariant, or `panic` / `hang` when the seed did not finish.
+    pub invariant: String,
+    pub message: String,
+    pub at_ms: Option<u64>,
+    pub replay: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Runs (seed x scenario) completed.
+    pub seeds: u64,
+    pub failures: Vec<Failure>,
+    pub fault_counts: BTreeMap<String, u64>,
+    pub checks: BTreeMap<String, u64>,
+    pub events: u64,
+    pub sim_seconds: f64,
+    pub wall_seconds: f64,
+    pub seeds_per_second: f64,
+    pub events_per_second: f64,
+}
+
+/// What a finished run reports to whoever watches the campaign.
+pub struct Progress<'a> {
+    pub done: u64,
+    pub total: u64,
+    pub failures: u64,
+    pub last: &'a Result<Outcome, RunError>,
+    pub spec: &'a RunSpec,
+}
+
+impl Campaign {
+    pub fn total_runs(&self) -> u64 {
+        (self.seeds.len() * self.targets.len()) as u64
+    }
+
+    fn spec(&self, index: u64) -> RunSpec {
+        let n = self.targets.len() as u64;
+        let target = &self.targets[(index % n) as usize];
+        let seed = self.seeds[(index / n) as usize];
+        RunSpec::new(target.scenario.clone(), target.arg.clone(), seed).with_plan(self.plan.clone())
+    }
+}
+
+/// Runs the campaign; `stop` ends it early (runs in flight finish and count).
+pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(Progress<'_>)) -> Summary {
+    let started = Instant::now();
+    let total = campaign.total_runs();
+    let next = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel::<(u64, RunSpec, Result<Outcome, RunError>)>();
+    let mut results: BTreeMap<u64, (RunSpec, Result<Outcome, RunError>)> = BTreeMap::new();
+    std::thread::scope(|scope| {
+        for _ in 0..campaign.jobs.max(1) {
+            let (tx, next) = (tx.clone(), next.clone());
+            scope.spawn(move || loop {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= total {
+                    return;
+                }
+                let spec = campaign.spec(index);
+                let result = runner::run_seed(&spec, campaign.watchdog);
+                if tx.send((index, spec, result)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut failures = 0;
+        for (index, spec, result) in rx {
+            if !matches!(&result, Ok(o) if o.violations.is_empty()) {
+                failures += 1;
+            }
+            on_progress(Progress { done: results.len() as u64 + 1, total, failures, last: &result, spec: &spec });
+            results.insert(index, (spec, result));
+        }
+    });
+    let mut summary = Summary::default();
+    for (spec, result) in results.values() {
+        summary.seeds += 1;
+        fold(&mut summary, spec, result);
+    }
+    summary.wall_seconds = started.elapsed().as_secs_f64();
+    if summary.wall_seconds > 0.0 {
+        summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;
+        summary.events_per_second = summary.events as f64 / summary.wall_seconds;
+    }
+    summary
+}
+
+fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError>) {
+    match result {
+        Ok(o) => {
+            summary.events += o.events as u64;
+            summary.sim_seconds += o.sim_seconds;
+            for (k, n) in &o.fault_counts {
+                *summary.fault_counts.entry(k.clone()).or_default() += n;
+            }
+            for (k, n) in &o.checks {
+                *summary.checks.entry(k.clone()).or_default() += n;
+            }
+            // One failure per seed: the first violation names it.
+            if let Some(v) = o.violations.first() {
+                summary.failures.push(Failure {
+                    scenario: o.scenario.clone(),
+                    seed: o.seed,
+                    invariant: v.invariant.clone(),
+                    message: v.message.clone(),
+                    at_ms: Some(v.at_ms),
+                    replay: o.replay.clone(),
+                });
+            }
+        }
+        Err(e) => summary.failures.push(Failure {
+            scenario: spec.scenario.name.clone(),
+            seed: spec.seed,
+            invariant: match e {
+                RunError::Panic(_) => "panic".into(),
+                RunError::Hang { .. } => "hang".into(),
+            },
+            message: e.to_string(),
+            at_ms: None,
+            replay: spec.replay_command(),
+        }),
+    }
+}

@@ -1,0 +1,112 @@
+//! The event history of one run: the engine's events and the world's own
+//! (process lifecycle, faults, phases), each stamped with simulated time.
+//!
+//! The canonical history is the sequence of records in emission order; its
+//! hash is the run's trace hash. Same seed, same history, same hash.
+
+use leasesim::event::{Event, Observer};
+use leasesim::ids::{Owner, ProcId};
+use serde::{Deserialize, Serialize};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+/// What the world itself did (not the engine).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "world", rename_all = "kebab-case")]
+pub enum WorldEvent {
+    /// A worker process (re)started with this incarnation.
+    ProcessUp { owner: Owner },
+    /// The process was killed: all its tasks, permits and open calls are gone.
+    ProcessKilled { owner: Owner },
+    /// The process stopped running (a hung/paused process) ...
+    ProcessPaused { proc: ProcId },
+    /// ... and runs again.
+    ProcessResumed { proc: ProcId },
+    /// From here on this process's clock reads global time + `offset_ms`.
+    ClockOffset { proc: ProcId, offset_ms: i64 },
+    /// A fault was injected. `kind` is the fault kind's stable name.
+    Fault { kind: String, detail: String },
+    /// Faults stop; from here on the liveness phase runs.
+    Heal,
+    /// The run ended here.
+    End,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Entry {
+    Engine(Event),
+    World(WorldEvent),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Record {
+    /// Simulated milliseconds since the start of the run.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub entry: Entry,
+}
+
+/// Collects the history; the engine sees it only as an [`Observer`].
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Arc<Mutex<Vec<Record>>>,
+    origin: tokio::time::Instant,
+}
+
+impl Recorder {
+    pub fn new(origin: tokio::time::Instant) -> Self {
+        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    pub fn world(&self, event: WorldEvent) {
+        self.push(Entry::World(event));
+    }
+
+    fn push(&self, entry: Entry) {
+        let at_ms = self.now_ms();
+        self.inner.lock().expect("history lock").push(Record { at_ms, entry });
+    }
+
+    pub fn take(&self) -> Vec<Record> {
+        std::mem::take(&mut *self.inner.lock().expect("history lock"))
+    }
+}
+
+impl Observer for Recorder {
+    fn emit(&self, event: Event) {
+        self.push(Entry::Engine(event));
+    }
+}
+
+/// FNV-1a, 64 bit: a stable hash (std's SipHash keys are per process).
+pub struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv64 {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// The trace hash: a stable hash of the canonical history.
+pub fn trace_hash(history: &[Record]) -> u64 {
+    let mut h = Fnv64::default();
+    history.hash(&mut h);
+    h.finish()
+}

@@ -1,0 +1,83 @@
+//! The outcome of one seed: what a run reports and what JSON carries.
+
+use crate::check::Violation;
+use crate::faults::{FaultEvent, FaultKind};
+use crate::history::{Entry, Record, WorldEvent};
+use crate::world::WorldResult;
+use leasesim::event::Event;
+use leasesim::ids::Owner;
+use leasesim::task::TaskState;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub scenario: String,
+    pub seed: u64,
+    /// Hex of the stable hash of the canonical event history.
+    pub trace_hash: String,
+    pub events: usize,
+    pub sim_seconds: f64,
+    pub violations: Vec<Violation>,
+    /// Final task counts by state (ready, leased, done, dead).
+    pub tasks: BTreeMap<String, u64>,
+    /// Tasks still leased at the end.
+    pub leftover_leases: u64,
+    /// Permits still held at the end by processes that are alive.
+    pub leftover_permits: u64,
+    /// Evaluations per invariant.
+    pub checks: BTreeMap<String, u64>,
+    /// Injections per fault kind (every kind present, zero or not).
+    pub fault_counts: BTreeMap<String, u64>,
+    /// The fault plan the run played.
+    pub fault_plan: Vec<FaultEvent>,
+    /// The command that replays this run.
+    pub replay: String,
+}
+
+pub fn state_name(state: TaskState) -> &'static str {
+    match state {
+        TaskState::Ready => "ready",
+        TaskState::Leased => "leased",
+        TaskState::Done => "done",
+        TaskState::Dead => "dead",
+    }
+}
+
+/// Counts tasks by final state (every state present, zero or not).
+pub fn task_counts(result: &WorldResult) -> BTreeMap<String, u64> {
+    let mut counts: BTreeMap<String, u64> =
+        ["ready", "leased", "done", "dead"].iter().map(|s| (s.to_string(), 0)).collect();
+    for (_, state) in result.tasks.values() {
+        *counts.get_mut(state_name(*state)).expect("every state is counted") += 1;
+    }
+    counts
+}
+
+/// Permits held at the end by incarnations that were not killed, rebuilt
+/// from the history.
+pub fn leftover_permits(history: &[Record]) -> u64 {
+    let mut held: BTreeMap<Owner, i64> = BTreeMap::new();
+    for rec in history {
+        match &rec.entry {
+            Entry::Engine(Event::PermitAcquired { owner, .. }) => *held.entry(*owner).or_default() += 1,
+            Entry::Engine(Event::PermitReleased { owner, .. }) => *held.entry(*owner).or_default() -= 1,
+            Entry::World(WorldEvent::ProcessKilled { owner }) => {
+                held.remove(owner);
+            }
+            _ => {}
+        }
+    }
+    held.values().map(|&n| n.max(0) as u64).sum()
+}
+
+/// Injections per fault kind, counted from the history's fault records.
+pub fn fault_counts(history: &[Record]) -> BTreeMap<String, u64> {
+    let mut counts: BTreeMap<String, u64> = FaultKind::ALL.iter().map(|k| (k.name().to_string(), 0)).collect();
+    for rec in history {
+        if let Entry::World(WorldEvent::Fault { kind, .. }) = &rec.entry {
+            *counts.entry(kind.clone()).or_default() += 1;
+        }
+    }
+    counts
+}

@@ -1,0 +1,198 @@
+//! Runs one seed in isolation: a fresh thread with a fresh madsim runtime,
+//! inside `catch_unwind`, under a wall-clock watchdog.
+//!
+//! A fresh thread per seed is what makes replay faithful: madsim's runtime,
+//! std's `RandomState` and thread-local RNGs keep state between runtimes on
+//! one thread.
+
+use crate::check;
+use crate::faults::{self, FaultPlan};
+use crate::history::trace_hash;
+use crate::outcome::{leftover_permits, task_counts, Outcome};
+use crate::scenario::Scenario;
+use crate::world::{self, WorldResult, WorldSpec};
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a seed can fail to produce an outcome at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// The world panicked (an engine assertion, a harness bug).
+    Panic(String),
+    /// The seed ran past the wall-clock watchdog (a livelock).
+    Hang { watchdog_ms: u64 },
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Panic(msg) => write!(f, "panic: {msg}"),
+            RunError::Hang { watchdog_ms } => {
+                write!(f, "hang: no result within the {watchdog_ms} ms wall-clock watchdog")
+            }
+        }
+    }
+}
+
+/// Where a run's fault plan comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanSource {
+    /// Drawn from the seed (swarm testing): the default.
+    Swarm,
+    /// No faults at all.
+    None,
+    /// An explicit list (a corpus entry, a shrink).
+    Explicit(FaultPlan),
+}
+
+/// How a seed is run.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub scenario: Arc<Scenario>,
+    /// How the scenario was named on the command line (for the replay command).
+    pub scenario_arg: String,
+    pub seed: u64,
+    pub plan: PlanSource,
+    /// How to replay an explicit plan (e.g. `cargo sim replay FILE`), if it
+    /// cannot be given on a command line.
+    pub replay_override: Option<String>,
+}
+
+impl RunSpec {
+    pub fn new(scenario: Arc<Scenario>, scenario_arg: impl Into<String>, seed: u64) -> Self {
+        RunSpec { scenario, scenario_arg: scenario_arg.into(), seed, plan: PlanSource::Swarm, replay_override: None }
+    }
+
+    pub fn with_plan(mut self, plan: PlanSource) -> Self {
+        self.plan = plan;
+        self
+    }
+
+    /// The fault plan this run plays.
+    pub fn fault_plan(&self) -> FaultPlan {
+        match &self.plan {
+            PlanSource::Swarm => faults::draw(self.seed, &self.scenario),
+            PlanSource::None => FaultPlan::none(),
+            PlanSource::Explicit(plan) => plan.clone(),
+        }
+    }
+
+    pub fn replay_command(&self) -> String {
+        if let Some(cmd) = &self.replay_override {
+            return cmd.clone();
+        }
+        let faults = if self.plan == PlanSource::None { " --faults none" } else { "" };
+        format!("cargo sim run --scenario {} --seed {}{faults}", self.scenario_arg, self.seed)
+    }
+
+    fn world_spec(&self) -> WorldSpec {
+        WorldSpec { scenario: self.scenario.clone(), plan: self.fault_plan() }
+    }
+}
+
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Runs the world on a fresh thread; returns the raw world result.
+pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunError> {
+    let (tx, rx) = mpsc::channel();
+    let world_spec = spec.world_spec();
+    let seed = spec.seed;
+    let thread = std::thread::Builder::new()
+        .name(format!("seed-{seed}"))
+        .stack_size(16 << 20)
+        .spawn(move || {
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+                rt.block_on(world::run(world_spec, seed))
+            }));
+            let _ = tx.send(result.map_err(|payload| RunError::Panic(panic_message(payload.as_ref()))));
+        })
+        .expect("spawn a seed thread");
+    match rx.recv_timeout(watchdog) {
+        Ok(result) => {
+            let _ = thread.join();
+            result
+        }
+        // The thread cannot be killed; it is left behind, detached.
+        Err(_) => Err(RunError::Hang { watchdog_ms: watchdog.as_millis() as u64 }),
+    }
+}
+
+/// Runs one seed and judges it.
+pub fn run_seed(spec: &RunSpec, watchdog: Duration) -> Result<Outcome, RunError> {
+    let result = run_world(spec, watchdog)?;
+    Ok(judge(spec, &result))
+}
+
+/// Checks a world result against every invariant and builds the outcome.
+pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
+    let report = check::check(&spec.scenario, &result.history);
+    let plan = spec.fault_plan();
+    Outcome {
+        scenario: spec.scenario.name.clone(),
+        seed: spec.seed,
+        trace_hash: format!("{:016x}", trace_hash(&result.history)),
+        events: result.history.len(),
+        sim_seconds: result.end_ms as f64 / 1000.0,
+        violations: report.violations,
+        tasks: task_counts(result),
+        leftover_leases: result.tasks.values().filter(|(_, s)| *s == leasesim::task::TaskState::Leased).count() as u64,
+        leftover_permits: leftover_permits(&result.history),
+        checks: report.checks,
+        fault_counts: crate::outcome::fault_counts(&result.history),
+        fault_plan: plan.events,
+        replay: spec.replay_command(),
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// madsim's own determinism check: runs the seed twice on fresh threads and
+/// compares every random draw and its simulated time. It cannot see a
+/// divergence in data alone, so the two trace hashes are compared as well.
+/// Panics (with madsim's report) on divergence; returns the trace hash.
+pub fn check_determinism(spec: &RunSpec) -> u64 {
+    let seed = spec.seed;
+    use std::sync::Mutex;
+    // check_determinism takes a plain fn pointer: the scenario travels
+    // through a static, and the lock serializes concurrent callers.
+    static CURRENT: Mutex<Option<WorldSpec>> = Mutex::new(None);
+    static HASHES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    *CURRENT.lock().expect("lock") = Some(spec.world_spec());
+    HASHES.lock().expect("lock").clear();
+    madsim::runtime::Runtime::check_determinism(seed, madsim::Config::default(), || async {
+        let world_spec = CURRENT.lock().expect("lock").clone().expect("world spec set");
+        let seed = madsim::runtime::Handle::current().seed();
+        let result = world::run(world_spec, seed).await;
+        HASHES.lock().expect("lock").push(crate::history::trace_hash(&result.history));
+    });
+    let hashes = std::mem::take(&mut *HASHES.lock().expect("lock"));
+    assert_eq!(hashes.len(), 2, "check_determinism runs the world twice");
+    assert_eq!(hashes[0], hashes[1], "seed {seed}: same draws but different event histories");
+    hashes[0]
+}
+
+/// Where two runs of one seed first differ: the record index and each run's
+/// record there (`None` where that run's history had already ended).
+pub type Divergence = (usize, Option<crate::history::Record>, Option<crate::history::Record>);
+
+/// Runs the seed twice, each on a fresh thread, and returns the first record
+/// at which the two histories differ.
+pub fn first_divergence(spec: &RunSpec, watchdog: Duration) -> Result<Option<Divergence>, RunError> {
+    let a = run_world(spec, watchdog)?.history;
+    let b = run_world(spec, watchdog)?.history;
+    let n = a.len().max(b.len());
+    Ok((0..n).find(|&i| a.get(i) != b.get(i)).map(|i| (i, a.get(i).cloned(), b.get(i).cloned())))
+}

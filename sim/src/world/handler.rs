@@ -1,0 +1,74 @@
+//! Simulated task bodies: how long an attempt runs and whether it fails.
+//!
+//! Drawn from (seed, task, attempt) alone, not from the simulator's shared
+//! RNG, so a task's behaviour does not shift when faults or scheduling change
+//! (which keeps shrunk runs comparable to their originals).
+
+use super::injector::{upto, Injector};
+use crate::faults::FaultKind;
+use crate::scenario::Workload;
+use leasesim::handler::{TaskError, TaskHandler};
+use leasesim::ids::Fence;
+use leasesim::task::TaskKind;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct SimHandler {
+    seed: u64,
+    workload: Arc<Workload>,
+    faults: Arc<Injector>,
+}
+
+impl SimHandler {
+    pub fn new(seed: u64, workload: Arc<Workload>, faults: Arc<Injector>) -> Self {
+        SimHandler { seed, workload, faults }
+    }
+
+    /// The body's behaviour for one attempt: (work time, error).
+    pub fn behaviour(&self, fence: Fence, kind: TaskKind) -> (u64, Option<TaskError>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, fence.task, fence.attempt as u64));
+        let w = &self.workload;
+        let work_ms = match kind {
+            TaskKind::Activity => rng.gen_range(w.activity_work_min_ms..=w.activity_work_max_ms),
+            _ => rng.gen_range(w.work_min_ms..=w.work_max_ms),
+        };
+        let fail_rate = match kind {
+            TaskKind::AuthzMaterialization => w.authz_conflict_rate,
+            TaskKind::Job => w.job_fail_rate,
+            _ => 0.0,
+        };
+        let error = rng.gen_bool(fail_rate).then_some(TaskError::Conflict);
+        (work_ms, error)
+    }
+}
+
+impl TaskHandler for SimHandler {
+    async fn execute(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
+        let (work_ms, mut error) = self.behaviour(fence, kind);
+        if let Some(e) = self.faults.roll(FaultKind::SlowPreparation) {
+            let prep_ms = upto(e.magnitude_ms.max(0) as u64);
+            self.faults.inject(FaultKind::SlowPreparation, format!("{fence} prepares for {prep_ms} ms"));
+            tokio::time::sleep(Duration::from_millis(prep_ms)).await;
+        }
+        if error.is_none() && self.faults.roll(FaultKind::WriteConflict).is_some() {
+            self.faults.inject(FaultKind::WriteConflict, format!("{fence} hits a write conflict"));
+            error = Some(TaskError::Conflict);
+        }
+        tokio::time::sleep(Duration::from_millis(work_ms)).await;
+        match error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// SplitMix64-style mixing of a few words into one seed.
+pub fn mix(a: u64, b: u64, c: u64) -> u64 {
+    let mut x = a ^ b.rotate_left(21) ^ c.rotate_left(42) ^ 0x9e37_79b9_7f4a_7c15;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}

@@ -1,0 +1,156 @@
+//! The store process: the engine's [`StoreServer`] behind the store seam.
+//!
+//! Store-side faults enter here, between the network and the engine's store,
+//! never inside the engine: stalls, lost requests and replies (ambiguous
+//! commits), late replies, hung outcome writes, transaction timeouts,
+//! dropped heartbeats, hung maintenance passes, and long polls whose caller
+//! is killed while they are open.
+
+use super::controller::Controller;
+use super::injector::{chance, upto, Injector};
+use crate::faults::FaultKind;
+use leasesim::proto::{Rejection, Request, Response};
+use leasesim::store::server::StoreServer;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct StoreNode {
+    pub server: Arc<StoreServer>,
+    pub faults: Arc<Injector>,
+    pub control: Arc<Controller>,
+    /// Longest downtime of a process killed under an open long poll.
+    pub max_downtime_ms: u64,
+}
+
+/// What happens to the reply once the request was applied.
+enum After {
+    Send,
+    Lose,
+    Delay(u64),
+    Hold(i64),
+}
+
+impl StoreNode {
+    /// Serves one request. `None` means no answer is ever sent.
+    pub async fn handle(&self, req: Request) -> Option<Response> {
+        let f = &self.faults;
+        let op = req.op_name();
+
+        if let Some(stall) = f.active(FaultKind::StoreStall) {
+            f.inject(FaultKind::StoreStall, format!("{op} held until {} ms", stall.end_ms()));
+            let wait_ms = stall.end_ms().saturating_sub(f.now_ms());
+            f.hold(wait_ms as i64).await;
+        }
+        if let Request::Heartbeat { owner } = &req {
+            if f.active_for(FaultKind::MissedHeartbeat, owner.proc).is_some() {
+                f.inject(FaultKind::MissedHeartbeat, format!("heartbeat of {owner} dropped"));
+                return None;
+            }
+        }
+        let mut after = After::Send;
+        if f.roll(FaultKind::MessageLoss).is_some() {
+            if chance(0.5) {
+                f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
+                return None;
+            }
+            after = After::Lose;
+        }
+        if let Request::Maintain { kind, owner } = &req {
+            if f.roll(FaultKind::HungMaintenance).is_some() {
+                f.inject(FaultKind::HungMaintenance, format!("{} pass of {owner} never returns", kind.name()));
+                std::future::pending::<()>().await;
+            }
+        }
+        if req.is_outcome_write() || matches!(req, Request::LeaseValid { .. }) {
+            if let Some(e) = f.roll(FaultKind::HungFinalization) {
+                let magnitude = e.magnitude_ms;
+                if chance(0.5) {
+                    f.inject(FaultKind::HungFinalization, format!("{op} held before it applies"));
+                    f.hold(magnitude).await;
+                } else {
+                    f.inject(FaultKind::HungFinalization, format!("{op} applies, its reply is held"));
+                    after = After::Hold(magnitude);
+                }
+            }
+        }
+        if is_write(&req) {
+            if let Some(e) = f.roll(FaultKind::TxnTimeout) {
+                let magnitude = e.magnitude_ms;
+                f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
+                tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
+                return Some(Response::Rejected { reason: Rejection::Conflict });
+            }
+        }
+        match &req {
+            Request::Claim { owner, wait_ms, .. }
+                if *wait_ms > 0 && f.roll(FaultKind::StalePoll).is_some() && chance(0.5) =>
+            {
+                // The caller dies while its long poll stays open here; the
+                // poll may still claim for it.
+                let kill_after_ms = upto(*wait_ms / 2);
+                f.inject(FaultKind::StalePoll, format!("{owner} killed {kill_after_ms} ms into its open long poll"));
+                self.kill_later(owner.proc, kill_after_ms);
+            }
+            Request::Claim { wait_ms, .. } if *wait_ms > 0 => {}
+            Request::Claim { .. } | Request::PipelineSnapshot { .. } => {
+                if let Some(e) = f.roll(FaultKind::StalePoll) {
+                    let delay_ms = upto(e.magnitude_ms.max(0) as u64);
+                    f.inject(FaultKind::StalePoll, format!("{op} answered {delay_ms} ms late"));
+                    after = After::Delay(delay_ms);
+                }
+            }
+            _ => {}
+        }
+        if matches!(after, After::Send) {
+            if let Some(e) = f.roll(FaultKind::MessageDelay) {
+                let delay_ms = upto(e.magnitude_ms.max(0) as u64);
+                f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
+                after = After::Delay(delay_ms);
+            }
+        }
+
+        let resp = self.server.handle(req).await;
+
+        match after {
+            After::Send => {}
+            After::Lose => {
+                f.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
+                return None;
+            }
+            After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            After::Hold(magnitude) => f.hold(magnitude).await,
+        }
+        Some(resp)
+    }
+
+    fn kill_later(&self, proc: u32, after_ms: u64) {
+        let control = self.control.clone();
+        let faults = self.faults.clone();
+        let downtime_ms = 1_000 + upto(self.max_downtime_ms.saturating_sub(1_000));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            if faults.is_healed() || !control.kill(proc) {
+                return;
+            }
+            tokio::select! {
+                biased;
+                _ = faults.until_heal() => {}
+                _ = tokio::time::sleep(Duration::from_millis(downtime_ms)) => {}
+            }
+            control.restart(proc);
+        });
+    }
+}
+
+/// Requests that write (a transaction that can time out).
+fn is_write(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Complete { .. }
+            | Request::Fail { .. }
+            | Request::Renew { .. }
+            | Request::ClearStageLink { .. }
+            | Request::Enqueue { .. }
+            | Request::EnqueueStage { .. }
+    )
+}

@@ -1,0 +1,60 @@
+//! The client's plan: what it enqueues and queries, and when. Drawn from the
+//! seed alone (independent of faults), then played by the client process.
+
+use super::handler::mix;
+use crate::scenario::Workload;
+use leasesim::ids::{GroupId, IndexId};
+use leasesim::task::{TaskKind, TaskSpec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Enqueue(TaskSpec),
+    CreatePipeline { pipeline: GroupId, stages: u32 },
+    Query { index: IndexId, lag_timeout_ms: u64 },
+}
+
+/// First group ids of workflow runs and pipelines (distinct ranges).
+const RUN_BASE: GroupId = 1_000;
+const PIPELINE_BASE: GroupId = 2_000;
+
+/// The plan, sorted by time (ties keep generation order).
+pub fn plan(seed: u64, w: &Workload) -> Vec<(u64, Action)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x776f_726b, 0));
+    let at = |rng: &mut ChaCha8Rng| rng.gen_range(0..=w.enqueue_window_ms);
+    let mut out = Vec::new();
+    let spec = |kind, group, index, not_before_ms| TaskSpec { kind, group, stage: None, index, not_before_ms };
+    for i in 0..w.index_builds {
+        let t = at(&mut rng);
+        let index = i as IndexId + 1;
+        out.push((t, Action::Enqueue(spec(TaskKind::IndexBuild, None, Some(index), 0))));
+        out.push((t + w.query_after_ms, Action::Query { index, lag_timeout_ms: w.query_lag_timeout_ms }));
+    }
+    for _ in 0..w.authz_materializations {
+        let t = at(&mut rng);
+        out.push((t, Action::Enqueue(spec(TaskKind::AuthzMaterialization, None, None, 0))));
+    }
+    for _ in 0..w.jobs {
+        let t = at(&mut rng);
+        out.push((t, Action::Enqueue(spec(TaskKind::Job, None, None, 0))));
+    }
+    for p in 0..w.pipelines {
+        let t = at(&mut rng);
+        out.push((t, Action::CreatePipeline { pipeline: PIPELINE_BASE + p as GroupId, stages: w.stages_per_pipeline }));
+    }
+    for r in 0..w.workflow_runs {
+        let t = at(&mut rng);
+        let run = Some(RUN_BASE + r as GroupId);
+        out.push((t, Action::Enqueue(spec(TaskKind::Activity, run, None, 0))));
+        for j in 0..w.workflow_tasks_per_run {
+            // Workflow tasks arrive one gap apart (a signal, an activity result...).
+            out.push((
+                t + j as u64 * w.workflow_task_gap_ms,
+                Action::Enqueue(spec(TaskKind::WorkflowTask, run, None, 0)),
+            ));
+        }
+    }
+    out.sort_by_key(|(t, _)| *t);
+    out
+}

@@ -1,0 +1,15 @@
+//! Canonical runs, snapshotted: a change to what the engine does or records
+//! shows up here as a reviewed snapshot diff (`cargo insta review`).
+
+mod common;
+
+use common::{spec, SCENARIOS};
+use leasesim_sim::runner;
+
+#[test]
+fn canonical_runs() {
+    for name in SCENARIOS {
+        let outcome = runner::run_seed(&spec(name, 1), runner::DEFAULT_WATCHDOG).expect("the seed runs");
+        insta::assert_json_snapshot!(format!("{name}-seed-1"), outcome);
+    }
+}
