@@ -3,6 +3,7 @@
 //! Every duration carries its unit in its name. Scenario files deserialize
 //! straight into [`EngineConfig`], so unknown fields are refused.
 
+use crate::defects::Defects;
 use crate::task::TaskKind;
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +115,10 @@ pub struct EngineConfig {
     pub maintenance_work_ms: u64,
     /// After a failure's backoff, tell peers the task is ready again.
     pub notify_peers: bool,
+    /// Defect switches (all off: the correct engine). Never read from a
+    /// scenario file: only an explicit `--defect` or corpus entry sets them.
+    #[serde(skip)]
+    pub defects: Defects,
 }
 
 impl Default for EngineConfig {
@@ -143,6 +148,7 @@ impl Default for EngineConfig {
             maintenance_interval_ms: 5_000,
             maintenance_work_ms: 200,
             notify_peers: false,
+            defects: Defects::none(),
         }
     }
 }

@@ -15,6 +15,7 @@
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod defects;
 pub mod event;
 pub mod handler;
 pub mod ids;

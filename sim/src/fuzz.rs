@@ -28,6 +28,7 @@ pub struct Campaign {
     pub jobs: usize,
     pub plan: PlanSource,
     pub watchdog: Duration,
+    pub defects: leasesim::defects::Defects,
 }
 
 /// One failing seed.
@@ -74,7 +75,9 @@ impl Campaign {
         let n = self.targets.len() as u64;
         let target = &self.targets[(index % n) as usize];
         let seed = self.seeds[(index / n) as usize];
-        RunSpec::new(target.scenario.clone(), target.arg.clone(), seed).with_plan(self.plan.clone())
+        RunSpec::new(target.scenario.clone(), target.arg.clone(), seed)
+            .with_plan(self.plan.clone())
+            .with_defects(self.defects.clone())
     }
 }
 

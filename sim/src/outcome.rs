@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 pub struct Outcome {
     pub scenario: String,
     pub seed: u64,
+    /// Defect switches that were on.
+    pub defects: Vec<String>,
     /// Hex of the stable hash of the canonical event history.
     pub trace_hash: String,
     pub events: usize,

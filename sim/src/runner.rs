@@ -8,6 +8,7 @@
 use crate::check;
 use crate::faults::{self, FaultPlan};
 use crate::history::trace_hash;
+use leasesim::defects::Defects;
 use crate::outcome::{leftover_permits, task_counts, Outcome};
 use crate::scenario::Scenario;
 use crate::world::{self, WorldResult, WorldSpec};
@@ -55,6 +56,8 @@ pub struct RunSpec {
     pub scenario_arg: String,
     pub seed: u64,
     pub plan: PlanSource,
+    /// Defect switches turned on for this run (none: the correct engine).
+    pub defects: Defects,
     /// How to replay an explicit plan (e.g. `cargo sim replay FILE`), if it
     /// cannot be given on a command line.
     pub replay_override: Option<String>,
@@ -62,7 +65,19 @@ pub struct RunSpec {
 
 impl RunSpec {
     pub fn new(scenario: Arc<Scenario>, scenario_arg: impl Into<String>, seed: u64) -> Self {
-        RunSpec { scenario, scenario_arg: scenario_arg.into(), seed, plan: PlanSource::Swarm, replay_override: None }
+        RunSpec {
+            scenario,
+            scenario_arg: scenario_arg.into(),
+            seed,
+            plan: PlanSource::Swarm,
+            defects: Defects::none(),
+            replay_override: None,
+        }
+    }
+
+    pub fn with_defects(mut self, defects: Defects) -> Self {
+        self.defects = defects;
+        self
     }
 
     pub fn with_plan(mut self, plan: PlanSource) -> Self {
@@ -84,11 +99,14 @@ impl RunSpec {
             return cmd.clone();
         }
         let faults = if self.plan == PlanSource::None { " --faults none" } else { "" };
-        format!("cargo sim run --scenario {} --seed {}{faults}", self.scenario_arg, self.seed)
+        let defects: String = self.defects.names().iter().map(|d| format!(" --defect {d}")).collect();
+        format!("cargo sim run --scenario {} --seed {}{defects}{faults}", self.scenario_arg, self.seed)
     }
 
     fn world_spec(&self) -> WorldSpec {
-        WorldSpec { scenario: self.scenario.clone(), plan: self.fault_plan() }
+        let mut scenario = (*self.scenario).clone();
+        scenario.engine.defects = self.defects.clone();
+        WorldSpec { scenario: Arc::new(scenario), plan: self.fault_plan() }
     }
 }
 
@@ -133,6 +151,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
     Outcome {
         scenario: spec.scenario.name.clone(),
         seed: spec.seed,
+        defects: spec.defects.names().iter().map(|d| d.to_string()).collect(),
         trace_hash: format!("{:016x}", trace_hash(&result.history)),
         events: result.history.len(),
         sim_seconds: result.end_ms as f64 / 1000.0,

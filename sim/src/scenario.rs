@@ -97,6 +97,23 @@ pub struct Workload {
     /// The client queries each index this long after enqueueing its build.
     pub query_after_ms: u64,
     pub query_lag_timeout_ms: u64,
+    /// Scripted enqueues at fixed times, on top of the drawn workload (for
+    /// regression scenarios that place every step deterministically).
+    pub script: Vec<Scripted>,
+}
+
+/// One scripted enqueue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scripted {
+    pub at_ms: u64,
+    pub kind: leasesim::task::TaskKind,
+    /// The workflow run or pipeline the task belongs to.
+    #[serde(default)]
+    pub group: Option<u64>,
+    /// For index builds: the index, queried `query_after_ms` after the enqueue.
+    #[serde(default)]
+    pub index: Option<u64>,
 }
 
 impl Default for Workload {
@@ -119,6 +136,7 @@ impl Default for Workload {
             activity_work_max_ms: 120_000,
             query_after_ms: 10_000,
             query_lag_timeout_ms: 5_000,
+            script: Vec::new(),
         }
     }
 }
@@ -253,7 +271,7 @@ fn validate(s: &Scenario) -> Result<(), String> {
         return Err("workload.enqueue_window_ms must not exceed phases.fault_phase_ms".into());
     }
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
-    if total == 0 {
+    if total == 0 && w.script.is_empty() {
         return Err("workload: enqueues nothing".into());
     }
     Ok(())

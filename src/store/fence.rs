@@ -1,6 +1,7 @@
 //! The fence: the one check every attempt-scoped write passes through.
 
 use super::Store;
+use crate::defects::Defect;
 use crate::ids::Fence;
 use crate::proto::Rejection;
 use crate::task::TaskState;
@@ -20,5 +21,18 @@ impl Store {
             return Err(Rejection::NotOwner);
         }
         Ok(())
+    }
+
+    /// The fence of complete and fail writes.
+    pub(super) fn check_outcome_fence(&self, fence: &Fence) -> Result<(), Rejection> {
+        if self.cfg.defects.on(Defect::UnfencedCompletion) {
+            // B1: applied by task id alone; any attempt can finish the task.
+            let task = self.tasks.get(&fence.task).ok_or(Rejection::Missing)?;
+            if task.state.is_terminal() {
+                return Err(Rejection::Terminal);
+            }
+            return Ok(());
+        }
+        self.check_fence(fence)
     }
 }

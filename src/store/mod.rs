@@ -12,6 +12,7 @@ pub mod server;
 mod tests;
 
 use crate::config::EngineConfig;
+use crate::defects::Defect;
 use crate::event::{Event, Observer, ReleaseCause, WriteKind};
 use crate::handler::TaskError;
 use crate::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId};
@@ -207,7 +208,7 @@ impl Store {
     }
 
     fn complete(&mut self, now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
-        if let Err(reason) = self.check_fence(&fence) {
+        if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Complete, reason });
             return Response::Rejected { reason };
         }
@@ -236,7 +237,7 @@ impl Store {
     }
 
     fn fail(&mut self, now_ms: u64, fence: Fence, error: TaskError, obs: &dyn Observer) -> Response {
-        if let Err(reason) = self.check_fence(&fence) {
+        if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Fail, reason });
             return Response::Rejected { reason };
         }
@@ -416,6 +417,11 @@ impl Store {
     /// task linked, and is not done.
     fn stage_guard(&self, stage: StageRef) -> Result<(), Rejection> {
         let row = self.stages.get(&stage).ok_or(Rejection::Missing)?;
+        if self.cfg.defects.on(Defect::StaleSnapshotEnqueue) {
+            // B4: re-checks only "no task linked"; a stale snapshot re-creates
+            // the task of a stage that is already done.
+            return if row.task.is_some() { Err(Rejection::StageGuard) } else { Ok(()) };
+        }
         if row.task.is_some() || row.done || !self.previous_stage_done(stage) {
             return Err(Rejection::StageGuard);
         }

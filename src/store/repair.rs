@@ -5,6 +5,7 @@
 //! leases are healthy are left untouched (owner, attempt, lease).
 
 use super::{RepairState, Store};
+use crate::defects::Defect;
 use crate::event::{Event, Observer, ReleaseCause};
 use crate::ids::{GroupId, TaskId};
 use crate::proto::Response;
@@ -26,7 +27,8 @@ impl Store {
                 continue;
             }
             let next_expiry_ms = tasks.iter().filter_map(|t| t.lease_expiry_ms).filter(|&e| e > now_ms).min();
-            decisions.push((group, expired_tasks(&tasks, now_ms), next_expiry_ms.unwrap_or(u64::MAX)));
+            let hide = self.cfg.defects.on(Defect::RepairHidesExpiredLease);
+            decisions.push((group, expired_tasks(&tasks, now_ms, hide), next_expiry_ms.unwrap_or(u64::MAX)));
         }
         let mut reclaimed_total = 0;
         for (group, expired, next_expiry_ms) in decisions {
@@ -51,6 +53,12 @@ impl Store {
 }
 
 /// The run summary used by repair: every leased task whose lease has expired.
-fn expired_tasks(leased: &[&Task], now_ms: u64) -> Vec<TaskId> {
+fn expired_tasks(leased: &[&Task], now_ms: u64, oldest_only: bool) -> Vec<TaskId> {
+    if oldest_only {
+        // C2: the summary picks the oldest leased task (a healthy activity,
+        // say) and judges the whole run by it.
+        let oldest = leased.iter().min_by_key(|t| (t.updated_ms, t.id));
+        return oldest.filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms)).map(|t| vec![t.id]).unwrap_or_default();
+    }
     leased.iter().filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms)).map(|t| t.id).collect()
 }

@@ -2,6 +2,7 @@
 //! renewed, then persist its outcome under a deadline and drop the permit.
 
 use super::{AbortOnDrop, Ctx};
+use crate::defects::Defect;
 use crate::event::Event;
 use crate::handler::{TaskError, TaskHandler};
 use crate::ids::Fence;
@@ -24,7 +25,7 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
         ctx.emit(Event::ExecutionStarted { fence });
         let result = ctx.handler.execute(fence, grant.kind).await;
         ctx.emit(Event::ExecutionFinished { fence, error: result.err() });
-        persist_outcome(&ctx, fence, result).await;
+        persist_outcome(&ctx, fence, grant.kind, result).await;
         drop(_renewer);
         ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
         ctx.emit(Event::PermitReleased { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
@@ -38,18 +39,29 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
 async fn persist_outcome<T: Transport, H: TaskHandler>(
     ctx: &Arc<Ctx<T, H>>,
     fence: Fence,
+    kind: TaskKind,
     result: Result<(), TaskError>,
 ) {
+    if ctx.cfg.defects.on(Defect::UnboundedFinalize) {
+        // A1: no deadline; the permit is held for as long as the store takes.
+        finalize(ctx, fence, kind, result).await;
+        return;
+    }
     let deadline = Duration::from_millis(ctx.cfg.finalize_deadline_ms);
-    if tokio::time::timeout(deadline, finalize(ctx, fence, result)).await.is_err() {
+    if tokio::time::timeout(deadline, finalize(ctx, fence, kind, result)).await.is_err() {
         ctx.emit(Event::FinalizeTimedOut { fence });
     }
 }
 
-async fn finalize<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fence, result: Result<(), TaskError>) {
+async fn finalize<T: Transport, H: TaskHandler>(
+    ctx: &Arc<Ctx<T, H>>,
+    fence: Fence,
+    kind: TaskKind,
+    result: Result<(), TaskError>,
+) {
     match result {
         Ok(()) => {
-            if let Ok(Response::Applied { .. }) = ctx.transport.call(Request::Complete { fence }).await {
+            if complete(ctx, fence, kind).await {
                 ctx.emit(Event::CallbackPublished { fence });
             }
         }
@@ -67,6 +79,19 @@ async fn finalize<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fen
             }
         }
     }
+}
+
+/// Records success. A stage task's completion clears its stage link, marks
+/// the stage done and deletes the task in one transaction.
+async fn complete<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fence, kind: TaskKind) -> bool {
+    if kind == TaskKind::Stage && ctx.cfg.defects.on(Defect::NonatomicStageComplete) {
+        // B3: two transactions; a crash or a lost write between them leaves
+        // a task that no stage references.
+        if !matches!(ctx.transport.call(Request::ClearStageLink { fence }).await, Ok(Response::Applied { .. })) {
+            return false;
+        }
+    }
+    matches!(ctx.transport.call(Request::Complete { fence }).await, Ok(Response::Applied { .. }))
 }
 
 /// After the committed backoff, tell peers the task is ready again. The note

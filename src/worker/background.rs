@@ -3,6 +3,7 @@
 //! the peer-note listener.
 
 use super::{AbortOnDrop, Ctx};
+use crate::defects::Defect;
 use crate::event::Event;
 use crate::handler::TaskHandler;
 use crate::proto::{PeerNote, Request, Transport};
@@ -71,6 +72,10 @@ async fn listen_for_notes<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>) {
 }
 
 /// When to try to claim a noted task: at the committed retry time it carries.
-fn plan_wake<T: Transport, H: TaskHandler>(_ctx: &Ctx<T, H>, note: &PeerNote) -> u64 {
+fn plan_wake<T: Transport, H: TaskHandler>(ctx: &Ctx<T, H>, note: &PeerNote) -> u64 {
+    if ctx.cfg.defects.on(Defect::RetryClockReset) {
+        // B2: the committed time is dropped; a second backoff starts at receipt.
+        return ctx.clock.now_ms() + ctx.cfg.retry_backoff_ms(note.retries.max(1));
+    }
     note.retry_at_ms
 }

@@ -4,6 +4,7 @@
 
 use super::{AbortOnDrop, Ctx};
 use crate::config::{EngineConfig, MaintenanceKind};
+use crate::defects::Defect;
 use crate::event::Event;
 use crate::handler::TaskHandler;
 use crate::proto::{Request, Response, Transport};
@@ -56,6 +57,12 @@ impl Maintenance {
             self.next_due_ms.insert(kind, now_ms + interval_ms);
             let pass = self.next_pass;
             self.next_pass += 1;
+            if ctx.cfg.defects.on(Defect::InlineMaintenance) {
+                // A2: the pass is awaited here, ahead of claims; a hung pass
+                // stops all claiming.
+                run_pass(ctx.clone(), kind, pass).await;
+                continue;
+            }
             let task_ctx = ctx.clone();
             let handle = AbortOnDrop(tokio::spawn(async move { run_pass(task_ctx, kind, pass).await }));
             self.in_flight.insert(kind, InFlight { pass, started_ms: now_ms, last_report_ms: now_ms, handle });

@@ -13,6 +13,7 @@ mod maintenance;
 
 use crate::clock::Clock;
 use crate::config::EngineConfig;
+use crate::defects::Defect;
 use crate::event::{Event, Observer};
 use crate::handler::TaskHandler;
 use crate::ids::Owner;
@@ -69,6 +70,10 @@ impl<T: Transport, H: TaskHandler> Ctx<T, H> {
 /// The number of permits a worker runs with: exactly what was configured.
 /// Durability topology (shard targets) must not serialize execution.
 pub fn effective_concurrency(cfg: &EngineConfig) -> u32 {
+    if cfg.defects.on(Defect::SingleShardSerialization) && cfg.shard_targets < 2 {
+        // A3: durability topology serializes execution.
+        return 1;
+    }
     cfg.concurrency
 }
 

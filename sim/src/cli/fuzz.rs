@@ -29,6 +29,8 @@ pub struct FuzzArgs {
     /// Where each seed's fault plan comes from: `swarm` (drawn from the seed) or `none`.
     #[arg(long, value_enum, default_value_t = FaultsArg::Swarm)]
     pub faults: FaultsArg,
+    #[command(flatten)]
+    pub defects: super::common::DefectArgs,
 }
 
 pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
@@ -63,6 +65,7 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
             FaultsArg::None => PlanSource::None,
         },
         watchdog: runner::DEFAULT_WATCHDOG,
+        defects: args.defects.set(),
     };
     if !args.json {
         let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();

@@ -3,7 +3,9 @@
 //! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang),
 //! 2 bad input (a flag, a file, a name). Errors are one line, naming the input.
 
+mod common;
 mod fuzz;
+mod list;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +27,10 @@ pub enum Command {
     ///
     /// Example: cargo sim fuzz --scenario all --seeds 2000 --jobs 2 --json
     Fuzz(fuzz::FuzzArgs),
+    /// List the scenarios, defect switches, fault kinds and invariants.
+    ///
+    /// Example: cargo sim list
+    List,
 }
 
 /// Parses the command line and runs the verb; returns the exit code.
@@ -33,14 +39,21 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and errors to stderr (exit 2).
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
+            if !e.use_stderr() {
+                let _ = e.print();
+                return 0;
+            }
+            // One line: clap's first line names the flag and the problem.
+            let rendered = e.render().to_string();
+            let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad command line");
+            eprintln!("{line}");
+            return 2;
         }
     };
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::List => list::run(),
     };
     match result {
         Ok(code) => code,

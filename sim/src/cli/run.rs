@@ -31,6 +31,8 @@ pub struct RunArgs {
     /// `none` runs without faults. Example: --faults none
     #[arg(long, value_enum, default_value_t = FaultsArg::Swarm)]
     pub faults: FaultsArg,
+    #[command(flatten)]
+    pub defects: super::common::DefectArgs,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +47,9 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
         FaultsArg::Swarm => PlanSource::Swarm,
         FaultsArg::None => PlanSource::None,
     };
-    let spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed).with_plan(plan);
+    let spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
+        .with_plan(plan)
+        .with_defects(args.defects.set());
     if !args.json {
         println!("seed: {}", args.seed);
         print_options(&spec, &loaded.path);
@@ -80,6 +84,9 @@ fn print_options(spec: &RunSpec, path: &std::path::Path) {
     let e = &s.engine;
     let w = &s.workload;
     println!("scenario: {} ({})", s.name, path.display());
+    if !spec.defects.0.is_empty() {
+        println!("  defects on: {}", spec.defects.names().join(", "));
+    }
     println!(
         "  topology: {} workers x {} permits; phases: fault {} ms, heal {} ms",
         s.topology.workers, e.concurrency, s.phases.fault_phase_ms, s.phases.heal_phase_ms

@@ -101,9 +101,14 @@ impl StoreNode {
             }
             _ => {}
         }
-        if matches!(after, After::Send) {
-            if let Some(e) = f.roll(FaultKind::MessageDelay) {
-                let delay_ms = upto(e.magnitude_ms.max(0) as u64);
+        if let Some(e) = f.roll(FaultKind::MessageDelay) {
+            // Either leg can be slow: a late request applies late, a late
+            // reply answers with what was true earlier.
+            let delay_ms = upto(e.magnitude_ms.max(0) as u64);
+            if chance(0.5) {
+                f.inject(FaultKind::MessageDelay, format!("{op} request delayed {delay_ms} ms"));
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            } else if matches!(after, After::Send) {
                 f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
                 after = After::Delay(delay_ms);
             }

@@ -55,6 +55,12 @@ pub fn plan(seed: u64, w: &Workload) -> Vec<(u64, Action)> {
             ));
         }
     }
+    for s in &w.script {
+        out.push((s.at_ms, Action::Enqueue(spec(s.kind, s.group, s.index, 0))));
+        if let (TaskKind::IndexBuild, Some(index)) = (s.kind, s.index) {
+            out.push((s.at_ms + w.query_after_ms, Action::Query { index, lag_timeout_ms: w.query_lag_timeout_ms }));
+        }
+    }
     out.sort_by_key(|(t, _)| *t);
     out
 }

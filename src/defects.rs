@@ -1,0 +1,117 @@
+//! Defect switches: each re-creates one real production bug (design §2,
+//! shared/seeds/) so the harness can prove it catches it. All are off by
+//! default, nothing but an explicit request turns one on, and each is read in
+//! exactly one place in the engine (named below).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Defect {
+    /// A1: outcome persistence has no deadline; the permit is held while it
+    /// hangs. Read in `worker::attempt::persist_outcome`.
+    UnboundedFinalize,
+    /// A2: maintenance passes are awaited inside the claim loop, ahead of
+    /// claims. Read in `worker::maintenance::Maintenance::poll`.
+    InlineMaintenance,
+    /// A3: concurrency drops to 1 when fewer than two shard targets exist.
+    /// Read in `worker::effective_concurrency`.
+    SingleShardSerialization,
+    /// B1: complete and fail are applied by task id alone, without the
+    /// attempt fence. Read in `store::fence` (`check_outcome_fence`).
+    UnfencedCompletion,
+    /// B2: a peer note's committed retry time is dropped and the receiver
+    /// waits a backoff from receipt time. Read in `worker::background::plan_wake`.
+    RetryClockReset,
+    /// B3: stage success clears the stage link and deletes the task in two
+    /// transactions. Read in `worker::attempt::complete`.
+    NonatomicStageComplete,
+    /// B4: the stage enqueue guard checks only that no task is linked, not
+    /// that the stage is not done. Read in `store::Store::stage_guard`.
+    StaleSnapshotEnqueue,
+    /// C2: group repair judges only the oldest leased task of a group.
+    /// Read in `store::repair::expired_tasks`.
+    RepairHidesExpiredLease,
+}
+
+impl Defect {
+    pub const ALL: [Defect; 8] = [
+        Defect::UnboundedFinalize,
+        Defect::InlineMaintenance,
+        Defect::SingleShardSerialization,
+        Defect::UnfencedCompletion,
+        Defect::RetryClockReset,
+        Defect::NonatomicStageComplete,
+        Defect::StaleSnapshotEnqueue,
+        Defect::RepairHidesExpiredLease,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Defect::UnboundedFinalize => "unbounded-finalize",
+            Defect::InlineMaintenance => "inline-maintenance",
+            Defect::SingleShardSerialization => "single-shard-serialization",
+            Defect::UnfencedCompletion => "unfenced-completion",
+            Defect::RetryClockReset => "retry-clock-reset",
+            Defect::NonatomicStageComplete => "nonatomic-stage-complete",
+            Defect::StaleSnapshotEnqueue => "stale-snapshot-enqueue",
+            Defect::RepairHidesExpiredLease => "repair-hides-expired-lease",
+        }
+    }
+
+    /// Where the real bug came from (design §2 and the reports in shared/seeds/).
+    pub fn source(self) -> &'static str {
+        match self {
+            Defect::UnboundedFinalize => "A1, seeds/000: hung failure write holds the worker permit forever",
+            Defect::InlineMaintenance => "A2, seeds/000: inline finalization passes stop all claiming",
+            Defect::SingleShardSerialization => "A3, seeds/000: one shard target forces concurrency 1",
+            Defect::UnfencedCompletion => "B1, seeds/001: stale completion after missed heartbeats",
+            Defect::RetryClockReset => "B2, seeds/001: peer note drops the committed retry time",
+            Defect::NonatomicStageComplete => "B3, seeds/001: orphan stage task between two transactions",
+            Defect::StaleSnapshotEnqueue => "B4, seeds/001: delayed snapshot re-creates a done stage's task",
+            Defect::RepairHidesExpiredLease => "C2, seeds/002: repair sees only the oldest leased task",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Defect::UnboundedFinalize => "outcome persistence has no deadline; the permit is held while it hangs",
+            Defect::InlineMaintenance => "maintenance passes are awaited inside the claim loop, ahead of claims",
+            Defect::SingleShardSerialization => "concurrency drops to 1 when fewer than two shard targets exist",
+            Defect::UnfencedCompletion => "complete and fail writes are applied by task id alone",
+            Defect::RetryClockReset => "a peer note loses the committed retry time; the receiver uses receipt time",
+            Defect::NonatomicStageComplete => "stage link cleared and task deleted in two transactions",
+            Defect::StaleSnapshotEnqueue => "the stage enqueue guard checks only that no task is linked",
+            Defect::RepairHidesExpiredLease => "group repair judges only the oldest leased task",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Defect> {
+        Defect::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The set of defect switches that are on. Empty (the correct engine) by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Defects(pub BTreeSet<Defect>);
+
+impl Defects {
+    pub fn none() -> Self {
+        Defects::default()
+    }
+
+    pub fn on(&self, defect: Defect) -> bool {
+        self.0.contains(&defect)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.0.iter().map(|d| d.name()).collect()
+    }
+}
