@@ -1,1 +1,92 @@
-//! placeholder
+//! Replays every corpus entry and checks its expectation: a saved failure
+//! must still fail the same way, a pinned pass must still pass with the same
+//! trace hash. A failing entry prints the command that replays it.
+
+use leasesim_sim::corpus::{self, Entry};
+use leasesim_sim::runner;
+use std::path::{Path, PathBuf};
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus")
+}
+
+/// Replays one entry; `Err` carries a message ending with the replay command.
+fn check(path: &Path) -> Result<(), String> {
+    let entry = Entry::load(path)?;
+    let spec = entry.spec(path)?;
+    let replay = spec.replay_command();
+    let outcome = match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let expected = matches!(
+                (&e, entry.expect.as_str()),
+                (runner::RunError::Panic(_), "panic") | (runner::RunError::Hang { .. }, "hang")
+            );
+            return if expected { Ok(()) } else { Err(format!("{}: {e}\n  replay: {replay}", path.display())) };
+        }
+    };
+    entry.verify(&outcome).map_err(|e| format!("{}: {e}\n  replay: {replay}", path.display()))
+}
+
+#[test]
+fn every_corpus_entry_still_reproduces() {
+    let paths = corpus::entries(&corpus_dir()).expect("corpus/ is readable");
+    assert!(paths.len() >= 8, "the corpus has only {} entries", paths.len());
+    let failures: Vec<String> = paths.iter().filter_map(|p| check(p).err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} corpus entries failed:\n{}",
+        failures.len(),
+        paths.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_defect_has_a_reproducing_entry() {
+    let mut missing: Vec<&str> = leasesim::defects::Defect::ALL.iter().map(|d| d.name()).collect();
+    for path in corpus::entries(&corpus_dir()).expect("corpus/ is readable") {
+        let entry = Entry::load(&path).expect("entries parse");
+        if entry.expect != "pass" {
+            missing.retain(|name| !entry.defects.iter().any(|d| d.name() == *name));
+        }
+    }
+    assert!(missing.is_empty(), "no corpus entry reproduces: {missing:?}");
+}
+
+#[test]
+fn a_broken_expectation_is_reported_with_its_replay_command() {
+    // A passing seed saved as if it violated an invariant must fail, naming
+    // the entry and how to replay it.
+    let dir = std::env::temp_dir().join(format!("leasesim-corpus-test-{}", std::process::id()));
+    let entry = Entry::parse(
+        "comment = \"a lie\"\nscenario = \"swarm\"\nseed = 1\nfaults = \"none\"\nexpect = \"fenced-completion\"\n",
+    )
+    .expect("the entry parses");
+    let path = corpus::save_new(&dir, "lie", &entry).expect("saved");
+    let err = check(&path).expect_err("a pass cannot reproduce a violation");
+    assert!(err.contains("no longer reproduces"), "{err}");
+    assert!(err.contains("cargo sim replay"), "{err}");
+    // Saving again never overwrites: it picks a new name.
+    let second = corpus::save_new(&dir, "lie", &entry).expect("saved again");
+    assert_ne!(second, path);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), std::fs::read_to_string(&second).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn malformed_entries_name_the_field() {
+    let cases = [
+        ("scenario = \"swarm\"\nseed = 1\nexpect = \"pass\"\n", "comment"),
+        ("comment = \"c\"\nscenario = \"swarm\"\nseed = 1\nexpect = \"pass\"\nbogus = 2\n", "bogus"),
+        ("comment = \"c\"\nscenario = \"swarm\"\nseed = 1\nexpect = \"nonsense\"\n", "expect"),
+        ("comment = \"c\"\nscenario = \"swarm\"\nseed = -1\nexpect = \"pass\"\n", "seed"),
+        ("comment = \"c\"\nscenario = \"swarm\"\nseed = 1\nexpect = \"pass\"\ndefects = [\"nope\"]\n", "defects"),
+        ("comment = \"c\"\nscenario = \"swarm\"\nseed = 1\nexpect = \"pass\"\nfaults = \"sometimes\"\n", "faults"),
+    ];
+    for (text, field) in cases {
+        let err = Entry::parse(text).expect_err(text);
+        assert!(err.contains(field), "error for {text:?} does not name `{field}`: {err}");
+        assert!(!err.contains('\n'), "not one line: {err}");
+    }
+}

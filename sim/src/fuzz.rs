@@ -20,11 +20,60 @@ pub struct Target {
     pub scenario: Arc<Scenario>,
 }
 
+/// The seeds a campaign runs: `start..end` (unbounded without an end),
+/// keeping only those of shard `shard_k` of `shard_n` (seed % n == k - 1), so
+/// that n machines with the same range cover each seed exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeedSpace {
+    pub start: u64,
+    pub end: Option<u64>,
+    pub shard_k: u64,
+    pub shard_n: u64,
+}
+
+impl SeedSpace {
+    pub fn range(start: u64, end: Option<u64>) -> Self {
+        SeedSpace { start, end, shard_k: 1, shard_n: 1 }
+    }
+
+    /// The `i`-th seed of this shard, if it is inside the range.
+    pub fn nth(&self, i: u64) -> Option<u64> {
+        debug_assert!(self.shard_k >= 1 && self.shard_k <= self.shard_n);
+        let n = self.shard_n;
+        let want = self.shard_k - 1;
+        let first = self.start + (want + n - self.start % n) % n;
+        let seed = first.checked_add(i.checked_mul(n)?)?;
+        match self.end {
+            Some(end) if seed >= end => None,
+            _ => Some(seed),
+        }
+    }
+
+    /// How many seeds this shard has (None: unbounded).
+    pub fn count(&self) -> Option<u64> {
+        let end = self.end?;
+        let mut lo = 0;
+        let mut hi = end.saturating_sub(self.start) + 1;
+        // The smallest i with no seed: binary search keeps this exact and cheap.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.nth(mid).is_some() {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some(lo)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Campaign {
     pub targets: Vec<Target>,
     /// Seeds to run, in order (each against every target).
-    pub seeds: Vec<u64>,
+    pub seeds: SeedSpace,
+    /// Stop taking new seeds at this wall-clock instant.
+    pub deadline: Option<Instant>,
     pub jobs: usize,
     pub plan: PlanSource,
     pub watchdog: Duration,
@@ -60,24 +109,27 @@ pub struct Summary {
 /// What a finished run reports to whoever watches the campaign.
 pub struct Progress<'a> {
     pub done: u64,
-    pub total: u64,
+    /// Runs in the campaign (None: bounded only by time).
+    pub total: Option<u64>,
     pub failures: u64,
     pub last: &'a Result<Outcome, RunError>,
     pub spec: &'a RunSpec,
 }
 
 impl Campaign {
-    pub fn total_runs(&self) -> u64 {
-        (self.seeds.len() * self.targets.len()) as u64
+    pub fn total_runs(&self) -> Option<u64> {
+        self.seeds.count().map(|n| n * self.targets.len() as u64)
     }
 
-    fn spec(&self, index: u64) -> RunSpec {
+    fn spec(&self, index: u64) -> Option<RunSpec> {
         let n = self.targets.len() as u64;
         let target = &self.targets[(index % n) as usize];
-        let seed = self.seeds[(index / n) as usize];
-        RunSpec::new(target.scenario.clone(), target.arg.clone(), seed)
-            .with_plan(self.plan.clone())
-            .with_defects(self.defects.clone())
+        let seed = self.seeds.nth(index / n)?;
+        Some(
+            RunSpec::new(target.scenario.clone(), target.arg.clone(), seed)
+                .with_plan(self.plan.clone())
+                .with_defects(self.defects.clone()),
+        )
     }
 }
 
@@ -95,11 +147,11 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                if index >= total {
+                if campaign.deadline.is_some_and(|d| Instant::now() >= d) {
                     return;
                 }
-                let spec = campaign.spec(index);
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(spec) = campaign.spec(index) else { return };
                 let result = runner::run_seed(&spec, campaign.watchdog);
                 if tx.send((index, spec, result)).is_err() {
                     return;
@@ -152,16 +204,21 @@ fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError
                 });
             }
         }
-        Err(e) => summary.failures.push(Failure {
-            scenario: spec.scenario.name.clone(),
-            seed: spec.seed,
-            invariant: match e {
-                RunError::Panic(_) => "panic".into(),
-                RunError::Hang { .. } => "hang".into(),
-            },
-            message: e.to_string(),
-            at_ms: None,
-            replay: spec.replay_command(),
-        }),
+        Err(e) => summary.failures.push(failure_of(spec, e)),
+    }
+}
+
+/// A seed that did not finish is a failure of its own kind.
+pub fn failure_of(spec: &RunSpec, e: &RunError) -> Failure {
+    Failure {
+        scenario: spec.scenario.name.clone(),
+        seed: spec.seed,
+        invariant: match e {
+            RunError::Panic(_) => "panic".into(),
+            RunError::Hang { .. } => "hang".into(),
+        },
+        message: e.to_string(),
+        at_ms: None,
+        replay: spec.replay_command(),
     }
 }

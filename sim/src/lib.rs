@@ -4,12 +4,15 @@
 #[cfg(not(madsim))]
 compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
 
+pub mod bench;
 pub mod check;
 pub mod cli;
+pub mod corpus;
 pub mod faults;
 pub mod fuzz;
 pub mod history;
 pub mod outcome;
 pub mod runner;
 pub mod scenario;
+pub mod shrink;
 pub mod world;

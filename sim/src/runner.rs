@@ -8,10 +8,10 @@
 use crate::check;
 use crate::faults::{self, FaultPlan};
 use crate::history::trace_hash;
-use leasesim::defects::Defects;
 use crate::outcome::{leftover_permits, task_counts, Outcome};
 use crate::scenario::Scenario;
 use crate::world::{self, WorldResult, WorldSpec};
+use leasesim::defects::Defects;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::sync::Arc;

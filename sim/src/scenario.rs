@@ -244,7 +244,7 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     })
 }
 
-fn validate(s: &Scenario) -> Result<(), String> {
+pub fn validate(s: &Scenario) -> Result<(), String> {
     s.engine.validate().map_err(|e| format!("engine.{e}"))?;
     if s.topology.workers == 0 || s.topology.workers > 64 {
         return Err("topology.workers must be between 1 and 64".into());

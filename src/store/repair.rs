@@ -58,7 +58,10 @@ fn expired_tasks(leased: &[&Task], now_ms: u64, oldest_only: bool) -> Vec<TaskId
         // C2: the summary picks the oldest leased task (a healthy activity,
         // say) and judges the whole run by it.
         let oldest = leased.iter().min_by_key(|t| (t.updated_ms, t.id));
-        return oldest.filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms)).map(|t| vec![t.id]).unwrap_or_default();
+        return oldest
+            .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
+            .map(|t| vec![t.id])
+            .unwrap_or_default();
     }
     leased.iter().filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms)).map(|t| t.id).collect()
 }

@@ -1,12 +1,18 @@
-//! `leasesim fuzz`: many seeds, in parallel.
+//! `leasesim fuzz`: many seeds, in parallel; optionally for a wall-clock
+//! budget, on one shard of the seed space, saving each new failure.
 
 use super::run::FaultsArg;
-use crate::fuzz::{self, Campaign, Summary, Target};
+use crate::corpus::{self, Entry, FaultsMode};
+use crate::fuzz::{self, Campaign, Failure, SeedSpace, Summary, Target};
 use crate::runner::{self, PlanSource};
 use crate::scenario;
 use clap::Args;
-use std::sync::atomic::AtomicBool;
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct FuzzArgs {
@@ -14,12 +20,26 @@ pub struct FuzzArgs {
     /// Example: --scenario all
     #[arg(long)]
     pub scenario: String,
-    /// How many seeds to run (against each scenario). Example: --seeds 2000
+    /// How many seeds: the range --seed-start .. --seed-start + N (each seed runs
+    /// against every scenario). Optional with --time. Example: --seeds 2000
     #[arg(long)]
-    pub seeds: u64,
-    /// The first seed; seeds run from here upward. Example: --seed-start 100000
+    pub seeds: Option<u64>,
+    /// The first seed of the range. Example: --seed-start 100000
     #[arg(long, default_value_t = 1)]
     pub seed_start: u64,
+    /// A wall-clock budget instead of (or on top of) a seed count: 90s, 10m, 1h.
+    /// Example: --time 10m
+    #[arg(long, value_parser = parse_duration)]
+    pub time: Option<Duration>,
+    /// Run shard K of N: the seeds s of the range with s % N == K - 1, so N
+    /// machines together cover each seed exactly once. Example: --shard 2/4
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<(u64, u64)>,
+    /// Save each new failure as a corpus entry in DIR (atomically, never
+    /// overwriting; one entry per scenario/invariant/defects signature, and none
+    /// for a signature DIR already has). Example: --save corpus/
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
     /// Seeds run at once (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -31,6 +51,34 @@ pub struct FuzzArgs {
     pub faults: FaultsArg,
     #[command(flatten)]
     pub defects: super::common::DefectArgs,
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration (examples: 90s, 10m, 1h, 1500ms)");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n * 1_000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(bad()),
+    };
+    if ms == 0 {
+        return Err(format!("'{text}': the budget must be more than zero"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("'{text}' is not a shard K/N with 1 <= K <= N (example: 2/4)");
+    let (k, n) = text.split_once('/').ok_or_else(bad)?;
+    let (k, n): (u64, u64) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if n == 0 || k == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
 }
 
 pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
@@ -48,60 +96,208 @@ pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// Saves failures as corpus entries as they are found, one per signature.
+struct Saver {
+    dir: PathBuf,
+    seen: BTreeSet<(String, String, Vec<leasesim::defects::Defect>)>,
+    command: String,
+    faults: FaultsMode,
+    saved: Vec<PathBuf>,
+}
+
+impl Saver {
+    fn new(dir: &Path, command: String, faults: FaultsMode) -> Result<Saver, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: cannot create: {e}", dir.display()))?;
+        // Prove the folder is writable before spending any time on seeds.
+        let probe = dir.join(format!(".leasesim-probe-{}", std::process::id()));
+        std::fs::write(&probe, b"").map_err(|e| format!("--save {}: not writable: {e}", dir.display()))?;
+        let _ = std::fs::remove_file(&probe);
+        let mut seen = BTreeSet::new();
+        for path in corpus::entries(dir)? {
+            if let Ok(entry) = Entry::load(&path) {
+                seen.insert(entry.signature());
+            }
+        }
+        Ok(Saver { dir: dir.to_path_buf(), seen, command, faults, saved: Vec::new() })
+    }
+
+    fn offer(
+        &mut self,
+        f: &Failure,
+        scenario_arg: &str,
+        defects: &leasesim::defects::Defects,
+    ) -> Result<Option<PathBuf>, String> {
+        let entry = Entry {
+            comment: format!("found by `{}`: {}", self.command, f.message),
+            scenario: scenario_arg.to_string(),
+            seed: f.seed,
+            defects: defects.0.iter().copied().collect(),
+            faults: self.faults,
+            expect: f.invariant.clone(),
+            trace_hash: None,
+            plan: Vec::new(),
+            world: None,
+        };
+        if !self.seen.insert(entry.signature()) {
+            return Ok(None);
+        }
+        let path = corpus::save_new(&self.dir, &corpus::stem(&entry), &entry)?;
+        self.saved.push(path.clone());
+        Ok(Some(path))
+    }
+}
+
 pub fn run(args: FuzzArgs) -> Result<i32, String> {
-    if args.seeds == 0 {
+    if args.seeds == Some(0) {
         return Err("--seeds: must be at least 1".into());
+    }
+    if args.seeds.is_none() && args.time.is_none() {
+        return Err("--seeds or --time: give a seed count, a time budget, or both".into());
     }
     if args.jobs == Some(0) {
         return Err("--jobs: must be at least 1".into());
     }
-    let seed_end = args.seed_start.checked_add(args.seeds).ok_or("--seed-start + --seeds overflows u64")?;
+    let seed_end = match args.seeds {
+        Some(n) => Some(args.seed_start.checked_add(n).ok_or("--seed-start + --seeds overflows u64")?),
+        None => None,
+    };
+    let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
+    let defects = args.defects.set();
+    let faults_mode = match args.faults {
+        FaultsArg::Swarm => FaultsMode::Swarm,
+        FaultsArg::None => FaultsMode::None,
+    };
+    let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let mut saver = match &args.save {
+        Some(dir) => Some(Saver::new(dir, format!("cargo sim {command}"), faults_mode)?),
+        None => None,
+    };
     let campaign = Campaign {
         targets: targets(&args.scenario)?,
-        seeds: (args.seed_start..seed_end).collect(),
+        seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
+        deadline: args.time.map(|t| Instant::now() + t),
         jobs: args.jobs.unwrap_or_else(default_jobs),
         plan: match args.faults {
             FaultsArg::Swarm => PlanSource::Swarm,
             FaultsArg::None => PlanSource::None,
         },
         watchdog: runner::DEFAULT_WATCHDOG,
-        defects: args.defects.set(),
+        defects: defects.clone(),
     };
-    if !args.json {
-        let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
-        println!(
-            "seeds: {}..{} ({} seeds x {} scenarios: {}), jobs: {}",
-            args.seed_start,
-            seed_end - 1,
-            args.seeds,
-            names.len(),
-            names.join(", "),
-            campaign.jobs
-        );
+    let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
+    let range = match seed_end {
+        Some(end) => format!("{}..{}", args.seed_start, end - 1),
+        None => format!("{}..", args.seed_start),
+    };
+    let header = format!(
+        "seeds: {range} shard {shard_k}/{shard_n}{} on {} scenarios ({}), defects: {}, jobs: {}",
+        args.time.map(|t| format!(", time budget {} s", t.as_secs())).unwrap_or_default(),
+        names.len(),
+        names.join(", "),
+        if defects.0.is_empty() { "none".to_string() } else { defects.names().join(", ") },
+        campaign.jobs
+    );
+    if args.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
     }
-    let stop = AtomicBool::new(false);
-    let json = args.json;
-    let summary = fuzz::run(&campaign, &stop, |p| {
-        if json {
-            return;
-        }
-        if let Ok(o) = p.last {
-            if let Some(v) = o.violations.first() {
-                println!(
-                    "FAIL {} seed {}: [{}] {}  (replay: {})",
-                    o.scenario, o.seed, v.invariant, v.message, o.replay
-                );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C ends the process at once.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
             }
-        } else if let Err(e) = p.last {
-            println!("FAIL {} seed {}: {e}  (replay: {})", p.spec.scenario.name, p.spec.seed, p.spec.replay_command());
+            eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
+        });
+    }
+    let bar = progress_bar(&campaign, args.json);
+    let json = args.json;
+    let mut save_error = None;
+    let started = Instant::now();
+    let summary = fuzz::run(&campaign, &stop, |p| {
+        let (failure, scenario_arg) = match p.last {
+            Ok(o) => (
+                o.violations.first().map(|v| Failure {
+                    scenario: o.scenario.clone(),
+                    seed: o.seed,
+                    invariant: v.invariant.clone(),
+                    message: v.message.clone(),
+                    at_ms: Some(v.at_ms),
+                    replay: o.replay.clone(),
+                }),
+                p.spec.scenario_arg.clone(),
+            ),
+            Err(e) => (Some(fuzz::failure_of(p.spec, e)), p.spec.scenario_arg.clone()),
+        };
+        if let Some(f) = &failure {
+            let line =
+                format!("FAIL {} seed {}: [{}] {}  (replay: {})", f.scenario, f.seed, f.invariant, f.message, f.replay);
+            match &bar {
+                Some(bar) => bar.println(line),
+                None if !json => println!("{line}"),
+                None => {}
+            }
+            if let Some(saver) = saver.as_mut() {
+                match saver.offer(f, &scenario_arg, &p.spec.defects) {
+                    Ok(Some(path)) => {
+                        let line = format!("saved {}", path.display());
+                        match &bar {
+                            Some(bar) => bar.println(line),
+                            None => eprintln!("{line}"),
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        save_error.get_or_insert(e);
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.set_position(p.done);
+            let rate = p.done as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!("{rate:.0} seeds/s, {} failures", p.failures));
         }
     });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
     if json {
         println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     } else {
         print_summary(&summary);
+        if let Some(saver) = &saver {
+            println!("saved {} new corpus entries in {}", saver.saved.len(), saver.dir.display());
+        }
+    }
+    if let Some(e) = save_error {
+        return Err(e);
     }
     Ok(if summary.failures.is_empty() { 0 } else { 1 })
+}
+
+fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBar> {
+    if json || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match campaign.total_runs() {
+        Some(total) => indicatif::ProgressBar::new(total).with_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} seeds, {msg}, eta {eta}")
+                .expect("template parses")
+                .progress_chars("=> "),
+        ),
+        None => indicatif::ProgressBar::new_spinner().with_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} seeds, {msg}")
+                .expect("template parses"),
+        ),
+    };
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    Some(bar)
 }
 
 pub fn print_summary(s: &Summary) {

@@ -3,10 +3,13 @@
 //! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang),
 //! 2 bad input (a flag, a file, a name). Errors are one line, naming the input.
 
+mod bench;
 mod common;
 mod fuzz;
 mod list;
+mod replay;
 mod run;
+mod shrink;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +34,18 @@ pub enum Command {
     ///
     /// Example: cargo sim list
     List,
+    /// Replay one corpus entry exactly and check its expectation.
+    ///
+    /// Example: cargo sim replay corpus/swarm-pass-seed1.toml
+    Replay(replay::ReplayArgs),
+    /// Measure throughput (seeds/s) or time to find each defect.
+    ///
+    /// Example: cargo sim bench find --starts 20
+    Bench(bench::BenchArgs),
+    /// Shrink a failing corpus entry to a smaller case that fails the same way.
+    ///
+    /// Example: cargo sim shrink corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml --out /tmp
+    Shrink(shrink::ShrinkArgs),
 }
 
 /// Parses the command line and runs the verb; returns the exit code.
@@ -54,6 +69,9 @@ pub fn main() -> i32 {
         Command::Run(args) => run::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::List => list::run(),
+        Command::Replay(args) => replay::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Shrink(args) => shrink::run(args),
     };
     match result {
         Ok(code) => code,

@@ -144,7 +144,7 @@ pub fn print_summary(o: &Outcome) {
     }
 }
 
-fn write_history(path: &std::path::Path, history: &[crate::history::Record]) -> Result<(), String> {
+pub fn write_history(path: &std::path::Path, history: &[crate::history::Record]) -> Result<(), String> {
     use std::io::Write;
     let file = std::fs::File::create(path).map_err(|e| format!("--history {}: {e}", path.display()))?;
     let mut out = std::io::BufWriter::new(file);

@@ -1,0 +1,72 @@
+//! `leasesim replay FILE`: replay one corpus entry exactly and say whether
+//! it still does what it was saved for.
+
+use super::run::{print_plan, print_summary};
+use crate::corpus::Entry;
+use crate::runner::{self};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The corpus entry (TOML). Example: corpus/b-machines-fenced-completion-unfenced-completion-seed12.toml
+    pub file: PathBuf,
+    /// Print the outcome as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the whole event history, one JSON record per line, to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+}
+
+pub fn run(args: ReplayArgs) -> Result<i32, String> {
+    let entry = Entry::load(&args.file)?;
+    let spec = entry.spec(&args.file)?;
+    if !args.json {
+        println!("seed: {}", entry.seed);
+        println!("entry: {} ({})", args.file.display(), entry.comment.trim());
+        println!(
+            "scenario: {}  defects: {}",
+            entry.scenario,
+            if entry.defects.is_empty() { "none".to_string() } else { spec.defects.names().join(", ") }
+        );
+        print_plan(&spec.fault_plan());
+    }
+    let outcome = match runner::run_world(&spec, runner::DEFAULT_WATCHDOG) {
+        Ok(result) => {
+            if let Some(path) = &args.history {
+                super::run::write_history(path, &result.history)?;
+            }
+            runner::judge(&spec, &result)
+        }
+        Err(e) => {
+            let holds = matches!(
+                (&e, entry.expect.as_str()),
+                (runner::RunError::Panic(_), "panic") | (runner::RunError::Hang { .. }, "hang")
+            );
+            println!("seed {} did not finish: {e}", entry.seed);
+            println!("{}", if holds { "expectation holds" } else { "EXPECTATION FAILED" });
+            return Ok(if holds { 0 } else { 1 });
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
+    } else {
+        print_summary(&outcome);
+    }
+    match entry.verify(&outcome) {
+        Ok(()) => {
+            if !args.json {
+                println!(
+                    "expectation holds: {}",
+                    if entry.expect == "pass" { "pass".to_string() } else { format!("violates {}", entry.expect) }
+                );
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("EXPECTATION FAILED: {}: {e}", args.file.display());
+            Ok(1)
+        }
+    }
+}

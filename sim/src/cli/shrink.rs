@@ -1,0 +1,78 @@
+//! `leasesim shrink FILE`: a smaller failing case for a saved failure.
+
+use crate::corpus::{self, Entry, FaultsMode};
+use crate::faults::FaultPlan;
+use crate::shrink::{Case, Shrinker, Size};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct ShrinkArgs {
+    /// The failing corpus entry. Example: corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml
+    pub file: PathBuf,
+    /// Where to write the shrunk entry (default: next to FILE). Example: --out corpus/
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Give up after this many runs. Example: --budget 300
+    #[arg(long, default_value_t = 400)]
+    pub budget: usize,
+}
+
+fn show(s: Size) -> String {
+    format!(
+        "{} fault events, {} tasks, {} processes, {} simulated s",
+        s.fault_events, s.tasks, s.processes, s.sim_seconds
+    )
+}
+
+pub fn run(args: ShrinkArgs) -> Result<i32, String> {
+    let entry = Entry::load(&args.file)?;
+    if entry.expect == "pass" {
+        return Err(format!("{}: expect: a passing entry has nothing to shrink", args.file.display()));
+    }
+    let spec = entry.spec(&args.file)?;
+    let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
+    let mut shrinker = Shrinker {
+        seed: entry.seed,
+        defects: spec.defects.clone(),
+        invariant: entry.expect.clone(),
+        budget: args.budget,
+        runs: 0,
+    };
+    println!("seed: {}", entry.seed);
+    println!("shrinking {} (violates {})", args.file.display(), entry.expect);
+    if !shrinker.fails(&case) {
+        println!("the entry does not fail as saved: nothing to shrink");
+        return Ok(1);
+    }
+    let before = case.size();
+    println!("before: {}", show(before));
+    let small = shrinker.shrink(case);
+    let after = small.size();
+    println!("after:  {}", show(after));
+    println!("runs: {}", shrinker.runs);
+    let shrunk = Entry {
+        comment: format!(
+            "Shrunk from {} ({} -> {}) in {} runs. {}",
+            args.file.display(),
+            show(before),
+            show(after),
+            shrinker.runs,
+            entry.comment
+        ),
+        scenario: entry.scenario.clone(),
+        seed: entry.seed,
+        defects: entry.defects.clone(),
+        faults: FaultsMode::Explicit,
+        expect: entry.expect.clone(),
+        trace_hash: None,
+        plan: FaultPlan { events: small.plan.events }.events,
+        world: Some(small.scenario),
+    };
+    let dir = args.out.clone().unwrap_or_else(|| args.file.parent().map(PathBuf::from).unwrap_or_default());
+    let stem = format!("{}-shrunk", args.file.file_stem().and_then(|s| s.to_str()).unwrap_or("entry"));
+    let path = corpus::save_new(&dir, &stem, &shrunk)?;
+    println!("wrote {}", path.display());
+    println!("replay: cargo sim replay {}", path.display());
+    Ok(0)
+}

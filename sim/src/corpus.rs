@@ -1,0 +1,191 @@
+//! The corpus: saved runs that must keep reproducing what they reproduced.
+//!
+//! An entry is one TOML file: scenario, seed, defect switches, where the
+//! fault plan comes from (drawn from the seed, none, or an explicit list),
+//! the expected outcome (`pass`, or the invariant that must be violated), an
+//! optional pinned trace hash and a comment saying why it exists. Entries are
+//! written atomically and never overwritten.
+
+use crate::check::INVARIANTS;
+use crate::faults::{FaultEvent, FaultPlan};
+use crate::outcome::Outcome;
+use crate::runner::{PlanSource, RunSpec};
+use crate::scenario;
+use leasesim::defects::{Defect, Defects};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where an entry's fault plan comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultsMode {
+    /// Drawn from the seed, as `cargo sim run` does.
+    #[default]
+    Swarm,
+    /// No faults.
+    None,
+    /// The `plan` list of the entry.
+    Explicit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Why this entry exists.
+    pub comment: String,
+    /// A built-in scenario name or a scenario file path.
+    pub scenario: String,
+    pub seed: u64,
+    #[serde(default)]
+    pub defects: Vec<Defect>,
+    #[serde(default)]
+    pub faults: FaultsMode,
+    /// `pass`, or the name of the invariant the run must violate (or
+    /// `panic` / `hang` for a seed that does not finish).
+    pub expect: String,
+    /// Pinned hash of the event history; a mismatch fails the replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_hash: Option<String>,
+    /// The explicit fault plan (`faults = "explicit"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<FaultEvent>,
+    /// A whole world inline (a shrunk scenario); replaces `scenario`'s file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<scenario::Scenario>,
+}
+
+/// What can be expected of a run.
+pub fn expectations() -> Vec<&'static str> {
+    let mut names = vec!["pass", "panic", "hang"];
+    names.extend(INVARIANTS.iter().map(|(name, _)| *name));
+    names
+}
+
+impl Entry {
+    pub fn load(path: &Path) -> Result<Entry, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        Entry::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Entry, String> {
+        let entry: Entry = scenario::from_toml(text)?;
+        if !expectations().contains(&entry.expect.as_str()) {
+            return Err(format!("expect: unknown expectation '{}' (pass, panic, hang or an invariant)", entry.expect));
+        }
+        if entry.faults != FaultsMode::Explicit && !entry.plan.is_empty() {
+            return Err("plan: only allowed with faults = \"explicit\"".into());
+        }
+        Ok(entry)
+    }
+
+    /// The run this entry describes. `path` is where the entry lives (for the
+    /// replay command).
+    pub fn spec(&self, path: &Path) -> Result<RunSpec, String> {
+        let loaded = match &self.world {
+            Some(world) => {
+                scenario::validate(world).map_err(|e| format!("{}: world.{e}", path.display()))?;
+                scenario::Loaded { scenario: world.clone(), path: path.to_path_buf() }
+            }
+            None => scenario::resolve(&self.scenario).map_err(|e| format!("{}: scenario: {e}", path.display()))?,
+        };
+        let plan = match self.faults {
+            FaultsMode::Swarm => PlanSource::Swarm,
+            FaultsMode::None => PlanSource::None,
+            FaultsMode::Explicit => {
+                let plan = FaultPlan { events: self.plan.clone() };
+                let s = &loaded.scenario;
+                plan.validate(s.topology.workers, s.phases.fault_phase_ms)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                PlanSource::Explicit(plan)
+            }
+        };
+        let mut spec = RunSpec::new(Arc::new(loaded.scenario), self.scenario.clone(), self.seed)
+            .with_plan(plan)
+            .with_defects(Defects(self.defects.iter().copied().collect()));
+        spec.replay_override = Some(format!("cargo sim replay {}", path.display()));
+        Ok(spec)
+    }
+
+    /// The grouping key of a failure: the same bug found again has the same one.
+    pub fn signature(&self) -> (String, String, Vec<Defect>) {
+        (self.scenario.clone(), self.expect.clone(), self.defects.clone())
+    }
+
+    /// Does the outcome meet the expectation (and the pinned hash)?
+    pub fn verify(&self, outcome: &Outcome) -> Result<(), String> {
+        let violated: BTreeSet<&str> = outcome.violations.iter().map(|v| v.invariant.as_str()).collect();
+        if self.expect == "pass" {
+            if let Some(v) = outcome.violations.first() {
+                return Err(format!("expected a pass, but {} was violated: {}", v.invariant, v.message));
+            }
+        } else if !violated.contains(self.expect.as_str()) {
+            let got = if violated.is_empty() {
+                "no violation".to_string()
+            } else {
+                violated.into_iter().collect::<Vec<_>>().join(", ")
+            };
+            return Err(format!("expected {} to be violated; the run no longer reproduces it ({got})", self.expect));
+        }
+        if let Some(pinned) = &self.trace_hash {
+            if *pinned != outcome.trace_hash {
+                return Err(format!(
+                    "the pinned trace hash {pinned} no longer matches: the run now hashes to {} (update trace_hash if the change is intended)",
+                    outcome.trace_hash
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("entries serialize")
+    }
+}
+
+/// Every `*.toml` entry in `dir`, sorted by path.
+pub fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let read = std::fs::read_dir(dir).map_err(|e| format!("{}: cannot read: {e}", dir.display()))?;
+    let mut paths: Vec<PathBuf> =
+        read.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Writes `entry` as a new file in `dir` named after `stem`; never replaces
+/// an existing file (a suffix -2, -3, ... is added instead). The content is
+/// written to a temporary file first and linked into place, so a reader never
+/// sees half an entry.
+pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, entry.to_toml()).map_err(|e| format!("{}: cannot write: {e}", tmp.display()))?;
+    let mut result = Err(format!("{}: no free file name for {stem}", dir.display()));
+    for n in 1..1000 {
+        let name = if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") };
+        let path = dir.join(name);
+        match std::fs::hard_link(&tmp, &path) {
+            Ok(()) => {
+                result = Ok(path);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                result = Err(format!("{}: cannot write: {e}", path.display()));
+                break;
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+/// A file-name stem for an entry: scenario, expectation, defects, seed.
+pub fn stem(entry: &Entry) -> String {
+    let scenario = Path::new(&entry.scenario).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario").to_string();
+    let mut parts = vec![scenario, entry.expect.clone()];
+    parts.extend(entry.defects.iter().map(|d| d.name().to_string()));
+    parts.push(format!("seed{}", entry.seed));
+    parts.join("-")
+}

@@ -1,0 +1,222 @@
+//! Shrinking: from a failing run, find a smaller one that violates the same
+//! invariant: fewer fault events, weaker faults (a hang becomes a delay,
+//! windows and rates shrink), fewer tasks and processes, a shorter run.
+//!
+//! Greedy and deterministic: each step proposes smaller candidates in a fixed
+//! order and keeps the first that still fails; it stops when a whole round
+//! finds nothing smaller, or the run budget is spent.
+
+use crate::faults::{FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
+use crate::runner::{self, PlanSource, RunSpec};
+use crate::scenario::Scenario;
+use leasesim::defects::Defects;
+use std::sync::Arc;
+
+/// A world and its fault plan: what shrinking makes smaller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    pub scenario: Scenario,
+    pub plan: FaultPlan,
+}
+
+/// The size of a case, as reported before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Size {
+    pub fault_events: usize,
+    pub tasks: u64,
+    pub processes: u32,
+    pub sim_seconds: u64,
+}
+
+impl Case {
+    /// Tasks the workload asks for (pipelines count their stages).
+    pub fn tasks(&self) -> u64 {
+        let w = &self.scenario.workload;
+        (w.index_builds + w.authz_materializations + w.jobs) as u64
+            + w.pipelines as u64 * w.stages_per_pipeline as u64
+            + w.workflow_runs as u64 * (1 + w.workflow_tasks_per_run as u64)
+            + w.script.len() as u64
+    }
+
+    pub fn size(&self) -> Size {
+        Size {
+            fault_events: self.plan.events.len(),
+            tasks: self.tasks(),
+            processes: self.scenario.topology.workers,
+            sim_seconds: self.scenario.phases.duration_ms() / 1000,
+        }
+    }
+}
+
+pub struct Shrinker {
+    pub seed: u64,
+    pub defects: Defects,
+    pub invariant: String,
+    pub budget: usize,
+    pub runs: usize,
+}
+
+impl Shrinker {
+    /// Does this case still violate the invariant?
+    pub fn fails(&mut self, case: &Case) -> bool {
+        if self.runs >= self.budget {
+            return false;
+        }
+        self.runs += 1;
+        let s = &case.scenario;
+        if crate::scenario::validate(s).is_err()
+            || case.plan.validate(s.topology.workers, s.phases.fault_phase_ms).is_err()
+        {
+            return false;
+        }
+        let spec = RunSpec::new(Arc::new(case.scenario.clone()), case.scenario.name.clone(), self.seed)
+            .with_plan(PlanSource::Explicit(case.plan.clone()))
+            .with_defects(self.defects.clone());
+        match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
+            Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
+            Err(runner::RunError::Panic(_)) => self.invariant == "panic",
+            Err(runner::RunError::Hang { .. }) => self.invariant == "hang",
+        }
+    }
+
+    /// Shrinks `case` (which must fail) as far as the budget allows.
+    pub fn shrink(&mut self, mut case: Case) -> Case {
+        loop {
+            let before = case.clone();
+            case = self.drop_events(case);
+            case = self.first_smaller(case, weaken_events);
+            case = self.first_smaller(case, smaller_world);
+            if case == before || self.runs >= self.budget {
+                return case;
+            }
+        }
+    }
+
+    /// Removes fault events: halves, then quarters, ... then single events.
+    fn drop_events(&mut self, mut case: Case) -> Case {
+        let mut chunk = case.plan.events.len().div_ceil(2).max(1);
+        while chunk >= 1 && !case.plan.events.is_empty() {
+            let mut i = 0;
+            let mut progressed = false;
+            while i < case.plan.events.len() {
+                let mut candidate = case.clone();
+                let end = (i + chunk).min(candidate.plan.events.len());
+                candidate.plan.events.drain(i..end);
+                if self.fails(&candidate) {
+                    case = candidate;
+                    progressed = true;
+                } else {
+                    i += chunk;
+                }
+            }
+            if !progressed {
+                if chunk == 1 {
+                    break;
+                }
+                chunk = chunk.div_ceil(2);
+            }
+        }
+        case
+    }
+
+    /// Repeatedly takes the first smaller candidate that still fails.
+    fn first_smaller(&mut self, mut case: Case, propose: fn(&Case) -> Vec<Case>) -> Case {
+        'outer: loop {
+            for candidate in propose(&case) {
+                if self.fails(&candidate) {
+                    case = candidate;
+                    continue 'outer;
+                }
+            }
+            return case;
+        }
+    }
+}
+
+/// Weaker versions of each event, one change at a time.
+fn weaken_events(case: &Case) -> Vec<Case> {
+    let deadline_ms = case.scenario.engine.finalize_deadline_ms as i64;
+    let mut out = Vec::new();
+    for (i, e) in case.plan.events.iter().enumerate() {
+        let mut weaker: Vec<FaultEvent> = Vec::new();
+        if e.magnitude_ms == UNTIL_HEAL {
+            // A hang becomes a delay just past the finalization deadline.
+            weaker.push(FaultEvent { magnitude_ms: deadline_ms * 3 / 2, ..e.clone() });
+        } else if e.kind != FaultKind::ClockOffset && e.magnitude_ms.abs() >= 200 {
+            weaker.push(FaultEvent { magnitude_ms: e.magnitude_ms / 2, ..e.clone() });
+        }
+        if e.for_ms >= 2_000 {
+            weaker.push(FaultEvent { for_ms: e.for_ms / 2, ..e.clone() });
+        }
+        if e.rate > 0.05 && e.rate < 1.0 {
+            weaker.push(FaultEvent { rate: (e.rate / 2.0 * 100.0).round() / 100.0, ..e.clone() });
+        }
+        for w in weaker {
+            let mut c = case.clone();
+            c.plan.events[i] = w;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Sets one workload count of a scenario.
+type SetCount = fn(&mut Scenario, u32);
+
+/// Smaller worlds: fewer tasks, fewer processes, shorter phases.
+fn smaller_world(case: &Case) -> Vec<Case> {
+    let mut out = Vec::new();
+    let with = |f: &dyn Fn(&mut Scenario)| {
+        let mut c = case.clone();
+        f(&mut c.scenario);
+        c
+    };
+    let w = &case.scenario.workload;
+    let counts: [(u32, SetCount); 6] = [
+        (w.index_builds, |s, n| s.workload.index_builds = n),
+        (w.authz_materializations, |s, n| s.workload.authz_materializations = n),
+        (w.jobs, |s, n| s.workload.jobs = n),
+        (w.pipelines, |s, n| s.workload.pipelines = n),
+        (w.workflow_runs, |s, n| s.workload.workflow_runs = n),
+        (w.stages_per_pipeline, |s, n| s.workload.stages_per_pipeline = n.max(1)),
+    ];
+    for (n, set) in counts {
+        if n > 0 {
+            out.push(with(&|s| set(s, 0)));
+            if n > 1 {
+                out.push(with(&|s| set(s, n / 2)));
+                out.push(with(&|s| set(s, n - 1)));
+            }
+        }
+    }
+    for i in 0..w.script.len() {
+        out.push(with(&|s| {
+            s.workload.script.remove(i);
+        }));
+    }
+    // One worker fewer: the last one, and every fault aimed at it.
+    let workers = case.scenario.topology.workers;
+    if workers > 1 {
+        let mut c = with(&|s| s.topology.workers = workers - 1);
+        c.plan.events.retain(|e| e.proc != Some(workers));
+        out.push(c);
+    }
+    // Shorter phases (faults that no longer fit are dropped).
+    let p = &case.scenario.phases;
+    for fault_ms in [p.fault_phase_ms / 2, p.fault_phase_ms * 3 / 4] {
+        if fault_ms >= 1_000 && fault_ms >= case.scenario.workload.enqueue_window_ms.min(fault_ms) {
+            let mut c = with(&|s| {
+                s.phases.fault_phase_ms = fault_ms;
+                s.workload.enqueue_window_ms = s.workload.enqueue_window_ms.min(fault_ms);
+            });
+            c.plan.events.retain(|e| e.end_ms() <= fault_ms);
+            out.push(c);
+        }
+    }
+    for heal_ms in [p.heal_phase_ms / 2, p.heal_phase_ms * 3 / 4] {
+        if heal_ms >= 1_000 {
+            out.push(with(&|s| s.phases.heal_phase_ms = heal_ms));
+        }
+    }
+    out
+}
