@@ -11,6 +11,7 @@ pub mod corpus;
 pub mod faults;
 pub mod fuzz;
 pub mod history;
+pub mod logs;
 pub mod outcome;
 pub mod runner;
 pub mod scenario;

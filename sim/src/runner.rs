@@ -58,6 +58,9 @@ pub struct RunSpec {
     pub plan: PlanSource,
     /// Defect switches turned on for this run (none: the correct engine).
     pub defects: Defects,
+    /// A `RUST_LOG`-style filter: print the engine's tracing logs (with
+    /// simulated timestamps) to stderr while the seed runs.
+    pub log_filter: Option<String>,
     /// How to replay an explicit plan (e.g. `cargo sim replay FILE`), if it
     /// cannot be given on a command line.
     pub replay_override: Option<String>,
@@ -71,6 +74,7 @@ impl RunSpec {
             seed,
             plan: PlanSource::Swarm,
             defects: Defects::none(),
+            log_filter: None,
             replay_override: None,
         }
     }
@@ -117,13 +121,20 @@ pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunE
     let (tx, rx) = mpsc::channel();
     let world_spec = spec.world_spec();
     let seed = spec.seed;
+    let log_filter = spec.log_filter.clone();
     let thread = std::thread::Builder::new()
         .name(format!("seed-{seed}"))
         .stack_size(16 << 20)
         .spawn(move || {
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-                rt.block_on(world::run(world_spec, seed))
+                match log_filter {
+                    Some(filter) => {
+                        let _guard = crate::logs::install(&filter);
+                        rt.block_on(world::run(world_spec, seed))
+                    }
+                    None => rt.block_on(world::run(world_spec, seed)),
+                }
             }));
             let _ = tx.send(result.map_err(|payload| RunError::Panic(panic_message(payload.as_ref()))));
         })

@@ -210,6 +210,7 @@ impl Store {
     fn complete(&mut self, now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
         if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Complete, reason });
+            tracing::info!(%fence, ?reason, "store: complete rejected");
             return Response::Rejected { reason };
         }
         let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
@@ -239,6 +240,7 @@ impl Store {
     fn fail(&mut self, now_ms: u64, fence: Fence, error: TaskError, obs: &dyn Observer) -> Response {
         if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Fail, reason });
+            tracing::info!(%fence, ?reason, "store: fail rejected");
             return Response::Rejected { reason };
         }
         let backoff_cfg = self.cfg.clone();
@@ -375,6 +377,7 @@ impl Store {
             task.repair_count += 1;
         }
         obs.emit(Event::LeaseReleased { fence, cause });
+        tracing::info!(%fence, ?cause, "store: lease released");
     }
 
     fn due_stages(&self) -> Vec<StageRef> {

@@ -46,6 +46,7 @@ impl Store {
                 // a lease that expires must not wait out a long backoff.
                 state.next_at_ms = (now_ms + self.cfg.repair_backoff_ms(state.misses)).min(next_expiry_ms);
             }
+            tracing::debug!(group, needed, reclaimed = ?expired, "store: repair decision");
             obs.emit(Event::RepairDecision { group, needed, reclaimed: expired });
         }
         Response::Released { tasks: reclaimed_total }

@@ -23,8 +23,10 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
             AbortOnDrop(tokio::spawn(async move { keep_renewed(ctx, grant.fence, grant.kind, expiry_ms).await }))
         });
         ctx.emit(Event::ExecutionStarted { fence });
+        tracing::debug!(%fence, kind = grant.kind.name(), "execution started");
         let result = ctx.handler.execute(fence, grant.kind).await;
         ctx.emit(Event::ExecutionFinished { fence, error: result.err() });
+        tracing::debug!(%fence, error = ?result.err(), "execution finished");
         persist_outcome(&ctx, fence, grant.kind, result).await;
         drop(_renewer);
         ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
@@ -50,6 +52,7 @@ async fn persist_outcome<T: Transport, H: TaskHandler>(
     let deadline = Duration::from_millis(ctx.cfg.finalize_deadline_ms);
     if tokio::time::timeout(deadline, finalize(ctx, fence, kind, result)).await.is_err() {
         ctx.emit(Event::FinalizeTimedOut { fence });
+        tracing::warn!(%fence, deadline_ms = ctx.cfg.finalize_deadline_ms, "outcome persistence timed out; permit dropped, recovery stays authoritative");
     }
 }
 
@@ -63,6 +66,9 @@ async fn finalize<T: Transport, H: TaskHandler>(
         Ok(()) => {
             if complete(ctx, fence, kind).await {
                 ctx.emit(Event::CallbackPublished { fence });
+                tracing::info!(%fence, "completed; callback published");
+            } else {
+                tracing::info!(%fence, "completion not applied (rejected, lost or timed out)");
             }
         }
         Err(error) => {

@@ -62,6 +62,7 @@ async fn listen_for_notes<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>) {
     while let Some(note) = ctx.transport.recv_note().await {
         let wake_at_ms = plan_wake(&ctx, &note);
         ctx.emit(Event::RetryPlanned { owner: ctx.owner, task: note.task, retries: note.retries, wake_at_ms });
+        tracing::debug!(owner = %ctx.owner, task = note.task, wake_at_ms, "peer note: claim planned");
         let sleeper = ctx.clone();
         planned.retain(|h: &AbortOnDrop<()>| !h.0.is_finished());
         planned.push(AbortOnDrop(tokio::spawn(async move {

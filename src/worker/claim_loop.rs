@@ -26,6 +26,9 @@ pub(super) async fn run<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>) {
         };
         debug_assert!(grants.len() <= permits.len(), "store granted more than asked");
         let claimed_any = !grants.is_empty();
+        if claimed_any {
+            tracing::debug!(owner = %ctx.owner, asked, claimed = grants.len(), "claimed");
+        }
         for (grant, permit) in grants.into_iter().zip(permits) {
             attempt::spawn(&ctx, grant, permit);
         }

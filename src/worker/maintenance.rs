@@ -46,6 +46,7 @@ impl Maintenance {
                         flight.last_report_ms = now_ms;
                         let age_ms = now_ms.saturating_sub(flight.started_ms);
                         ctx.emit(Event::MaintenanceStillRunning { owner: ctx.owner, kind, pass: flight.pass, age_ms });
+                        tracing::warn!(owner = %ctx.owner, kind = kind.name(), pass = flight.pass, age_ms, "maintenance pass still running; claims continue");
                     }
                     continue;
                 }

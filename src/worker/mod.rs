@@ -118,6 +118,7 @@ impl<T: Transport, H: TaskHandler> Worker<T, H> {
     pub async fn run(self) {
         let ctx = self.ctx;
         ctx.emit(Event::ProcessStarted { owner: ctx.owner, concurrency: effective_concurrency(&ctx.cfg) });
+        tracing::info!(owner = %ctx.owner, concurrency = effective_concurrency(&ctx.cfg), "worker started");
         let _background = background::spawn_all(&ctx);
         claim_loop::run(ctx).await;
     }

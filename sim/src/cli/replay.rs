@@ -21,7 +21,8 @@ pub struct ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> Result<i32, String> {
     let entry = Entry::load(&args.file)?;
-    let spec = entry.spec(&args.file)?;
+    let mut spec = entry.spec(&args.file)?;
+    spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {
         println!("seed: {}", entry.seed);
         println!("entry: {} ({})", args.file.display(), entry.comment.trim());

@@ -47,9 +47,10 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
         FaultsArg::Swarm => PlanSource::Swarm,
         FaultsArg::None => PlanSource::None,
     };
-    let spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
+    let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
         .with_plan(plan)
         .with_defects(args.defects.set());
+    spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {
         println!("seed: {}", args.seed);
         print_options(&spec, &loaded.path);

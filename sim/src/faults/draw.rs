@@ -28,7 +28,13 @@ pub fn draw(seed: u64, scenario: &Scenario) -> FaultPlan {
         }
         let n = rng.gen_range(1..=limits.max_events_per_kind);
         for _ in 0..n {
-            events.push(draw_one(kind, &mut rng, scenario));
+            let event = draw_one(kind, &mut rng, scenario);
+            // A process has one clock: keep the first offset drawn for it.
+            let duplicate_clock = kind == FaultKind::ClockOffset
+                && events.iter().any(|e: &FaultEvent| e.kind == kind && e.proc == event.proc);
+            if !duplicate_clock {
+                events.push(event);
+            }
         }
     }
     events.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then(a.kind.cmp(&b.kind)));
