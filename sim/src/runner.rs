@@ -102,7 +102,14 @@ impl RunSpec {
         if let Some(cmd) = &self.replay_override {
             return cmd.clone();
         }
-        let faults = if self.plan == PlanSource::None { " --faults none" } else { "" };
+        let faults = match self.plan {
+            PlanSource::Swarm => "",
+            PlanSource::None => " --faults none",
+            // No flag carries a list: such runs replay from a corpus entry.
+            PlanSource::Explicit(_) => {
+                " (plus this run's explicit fault plan: save it as a corpus entry and use cargo sim replay FILE)"
+            }
+        };
         let defects: String = self.defects.names().iter().map(|d| format!(" --defect {d}")).collect();
         format!("cargo sim run --scenario {} --seed {}{defects}{faults}", self.scenario_arg, self.seed)
     }
