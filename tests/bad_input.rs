@@ -74,6 +74,17 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["run", "--scenario", "swarm", "--seed", "seven"], "--seed"),
         (vec!["run", "--scenario", "swarm"], "--seed"),
         (vec!["frobnicate"], "frobnicate"),
+        (vec!["run", "--scenario", "swarm", "--seed", "1", "--defect", "nope"], "unknown defect 'nope'"),
+        (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "3/2"], "--shard"),
+        (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "0/2"], "--shard"),
+        (vec!["fuzz", "--scenario", "swarm", "--time", "5 minutes"], "--time"),
+        (vec!["fuzz", "--scenario", "swarm", "--time", "0s"], "--time"),
+        (vec!["fuzz", "--scenario", "swarm"], "--seeds or --time"),
+        (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--jobs", "0"], "--jobs"),
+        (vec!["fuzz", "--scenario", "nope", "--seeds", "3"], "unknown scenario 'nope'"),
+        (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--save", "/proc/leasesim-cannot-write"], "--save"),
+        (vec!["replay", "/nonexistent/entry.toml"], "/nonexistent/entry.toml"),
+        (vec!["shrink", "/nonexistent/entry.toml"], "/nonexistent/entry.toml"),
     ];
     for (args, needle) in cases {
         let (code, _out, err) = leasesim(&args);

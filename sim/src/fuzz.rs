@@ -96,6 +96,8 @@ pub struct Failure {
 pub struct Summary {
     /// Runs (seed x scenario) completed.
     pub seeds: u64,
+    /// The distinct seeds that ran, sorted (shards of one range partition it).
+    pub seeds_run: Vec<u64>,
     pub failures: Vec<Failure>,
     pub fault_counts: BTreeMap<String, u64>,
     pub checks: BTreeMap<String, u64>,
@@ -171,8 +173,12 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
     let mut summary = Summary::default();
     for (spec, result) in results.values() {
         summary.seeds += 1;
+        if summary.seeds_run.last() != Some(&spec.seed) {
+            summary.seeds_run.push(spec.seed);
+        }
         fold(&mut summary, spec, result);
     }
+    summary.seeds_run.dedup();
     summary.wall_seconds = started.elapsed().as_secs_f64();
     if summary.wall_seconds > 0.0 {
         summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;

@@ -58,10 +58,15 @@ pub fn main() -> i32 {
                 let _ = e.print();
                 return 0;
             }
-            // One line: clap's first line names the flag and the problem.
+            // One line: clap's message (which names the flag) up to its usage hint.
             let rendered = e.render().to_string();
-            let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad command line");
-            eprintln!("{line}");
+            let line: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{}", line.join(" "));
             return 2;
         }
     };

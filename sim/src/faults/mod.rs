@@ -180,7 +180,7 @@ impl FaultPlan {
     /// processes that exist, rates that are probabilities.
     pub fn validate(&self, workers: u32, fault_phase_ms: u64) -> Result<(), String> {
         for (i, e) in self.events.iter().enumerate() {
-            let at = format!("faults.events[{i}]");
+            let at = format!("plan[{i}]");
             if e.end_ms() > fault_phase_ms {
                 return Err(format!("{at}: ends at {} ms, after the fault phase ({fault_phase_ms} ms)", e.end_ms()));
             }

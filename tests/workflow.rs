@@ -1,0 +1,86 @@
+//! The user's loop: campaigns over shards of the seed space, saving new
+//! failures without duplicates or overwrites, and shrinking a saved failure.
+
+use leasesim_sim::corpus::{self, Entry};
+use leasesim_sim::fuzz::SeedSpace;
+use leasesim_sim::shrink::{Case, Shrinker};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn shards_partition_the_seed_range() {
+    for (start, end, n) in [(1, 101, 1), (1, 101, 2), (7, 1_000, 3), (100, 117, 4), (5, 6, 3), (0, 50, 7)] {
+        let mut seen = BTreeSet::new();
+        for k in 1..=n {
+            let shard = SeedSpace { start, end: Some(end), shard_k: k, shard_n: n };
+            let seeds: Vec<u64> = (0..).map_while(|i| shard.nth(i)).collect();
+            assert_eq!(Some(seeds.len() as u64), shard.count(), "count of shard {k}/{n} of {start}..{end}");
+            for s in seeds {
+                assert!((start..end).contains(&s), "seed {s} outside {start}..{end}");
+                assert_eq!(s % n, k - 1, "seed {s} in the wrong shard");
+                assert!(seen.insert(s), "seed {s} in two shards");
+            }
+        }
+        assert_eq!(seen, (start..end).collect::<BTreeSet<u64>>(), "shards of {start}..{end} / {n} miss seeds");
+    }
+}
+
+fn leasesim(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasesim")).args(args).output().expect("run leasesim");
+    (out.status.code().expect("exited"), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn save_writes_one_entry_per_signature_and_never_overwrites() {
+    let dir = std::env::temp_dir().join(format!("leasesim-save-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().expect("utf-8 temp dir");
+    let args =
+        ["fuzz", "--scenario", "swarm", "--seeds", "12", "--defect", "retry-clock-reset", "--save", dir_arg, "--json"];
+    let (code, out) = leasesim(&args);
+    assert_eq!(code, 1, "the defect is found: {out}");
+    let summary: serde_json::Value = serde_json::from_str(&out).expect("--json prints one object");
+    assert!(summary["failures"].as_array().expect("failures").len() > 1, "several seeds fail");
+    let first = corpus::entries(&dir).expect("saved entries");
+    assert_eq!(first.len(), 1, "one entry per signature: {first:?}");
+    let saved = Entry::load(&first[0]).expect("the saved entry parses");
+    assert_eq!(saved.expect, "retry-clock");
+    let before = std::fs::read_to_string(&first[0]).expect("read");
+    // The same campaign again finds the same bug: nothing new to save.
+    let (code, _) = leasesim(&args);
+    assert_eq!(code, 1);
+    assert_eq!(corpus::entries(&dir).expect("entries"), first, "a known signature was saved again");
+    assert_eq!(std::fs::read_to_string(&first[0]).expect("read"), before, "an entry was overwritten");
+    // The saved entry replays on its own.
+    let (code, out) = leasesim(&["replay", first[0].to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "replay: {out}");
+    assert!(out.contains("expectation holds"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shrinking_keeps_the_failure_and_makes_the_case_smaller() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml");
+    let entry = Entry::load(&path).expect("the corpus entry parses");
+    let spec = entry.spec(&path).expect("its run");
+    let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
+    let mut shrinker = Shrinker {
+        seed: entry.seed,
+        defects: spec.defects.clone(),
+        invariant: entry.expect.clone(),
+        budget: 120,
+        runs: 0,
+    };
+    assert!(shrinker.fails(&case), "the saved failure reproduces");
+    let before = case.size();
+    let small = shrinker.shrink(case);
+    let after = small.size();
+    assert!(shrinker.runs <= 120, "the budget holds");
+    assert!(after.fault_events < before.fault_events, "{before:?} -> {after:?}");
+    assert!(after.sim_seconds <= before.sim_seconds && after.tasks <= before.tasks, "{before:?} -> {after:?}");
+    // Independently of the shrinker's own bookkeeping, the small case fails.
+    let mut judge = Shrinker { budget: 1, runs: 0, ..shrinker };
+    assert!(judge.fails(&small), "the shrunk case no longer fails");
+}
