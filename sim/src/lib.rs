@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod corpus;
+pub mod export;
 pub mod faults;
 pub mod fuzz;
 pub mod history;

@@ -83,9 +83,11 @@ impl Shrinker {
     pub fn shrink(&mut self, mut case: Case) -> Case {
         loop {
             let before = case.clone();
+            // Cheapest wins first: whole events, then the world, then the
+            // strength of what is left.
             case = self.drop_events(case);
-            case = self.first_smaller(case, weaken_events);
             case = self.first_smaller(case, smaller_world);
+            case = self.first_smaller(case, weaken_events);
             if case == before || self.runs >= self.budget {
                 return case;
             }
@@ -119,16 +121,23 @@ impl Shrinker {
         case
     }
 
-    /// Repeatedly takes the first smaller candidate that still fails.
+    /// Walks the proposals once, keeping each smaller candidate that still
+    /// fails; after a success the proposals are made again from the smaller
+    /// case and the walk goes on from the same position (not from the top,
+    /// which would make a round quadratic in the number of proposals).
     fn first_smaller(&mut self, mut case: Case, propose: fn(&Case) -> Vec<Case>) -> Case {
-        'outer: loop {
-            for candidate in propose(&case) {
-                if self.fails(&candidate) {
-                    case = candidate;
-                    continue 'outer;
-                }
+        let mut i = 0;
+        loop {
+            let candidates = propose(&case);
+            let Some(candidate) = candidates.into_iter().nth(i) else { return case };
+            if self.fails(&candidate) {
+                case = candidate;
+            } else {
+                i += 1;
             }
-            return case;
+            if self.runs >= self.budget {
+                return case;
+            }
         }
     }
 }

@@ -14,6 +14,8 @@ pub struct ReplayArgs {
     /// Print the outcome as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub pictures: super::common::PictureArgs,
     /// Also write the whole event history, one JSON record per line, to FILE.
     #[arg(long, value_name = "FILE")]
     pub history: Option<PathBuf>,
@@ -33,12 +35,16 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
         );
         print_plan(&spec.fault_plan());
     }
+    let pictures;
     let outcome = match runner::run_world(&spec, runner::DEFAULT_WATCHDOG) {
         Ok(result) => {
             if let Some(path) = &args.history {
                 super::run::write_history(path, &result.history)?;
             }
-            runner::judge(&spec, &result)
+            let outcome = runner::judge(&spec, &result);
+            let title = format!("{} seed {} ({})", outcome.scenario, outcome.seed, args.file.display());
+            pictures = args.pictures.write(&result.history, &outcome.violations, &title)?;
+            outcome
         }
         Err(e) => {
             let holds = matches!(
@@ -54,6 +60,7 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
         println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
     } else {
         print_summary(&outcome);
+        super::run::print_pictures(&outcome, &pictures);
     }
     match entry.verify(&outcome) {
         Ok(()) => {

@@ -19,6 +19,8 @@ pub struct RunArgs {
     /// violations, tasks, ...) on stdout instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub pictures: super::common::PictureArgs,
     /// Also write the whole event history, one JSON record per line, to FILE.
     /// Example: --history run.jsonl
     #[arg(long, value_name = "FILE")]
@@ -59,12 +61,16 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
     if args.check_determinism {
         return check_determinism(&spec);
     }
+    let pictures;
     let outcome = match runner::run_world(&spec, runner::DEFAULT_WATCHDOG) {
         Ok(result) => {
             if let Some(path) = &args.history {
                 write_history(path, &result.history)?;
             }
-            runner::judge(&spec, &result)
+            let outcome = runner::judge(&spec, &result);
+            let title = format!("{} seed {}", outcome.scenario, outcome.seed);
+            pictures = args.pictures.write(&result.history, &outcome.violations, &title)?;
+            outcome
         }
         Err(e) => {
             eprintln!("seed {} failed: {e}", args.seed);
@@ -76,6 +82,7 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
         println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
     } else {
         print_summary(&outcome);
+        print_pictures(&outcome, &pictures);
     }
     Ok(if outcome.violations.is_empty() { 0 } else { 1 })
 }
@@ -178,5 +185,15 @@ fn check_determinism(spec: &RunSpec) -> Result<i32, String> {
             println!("deterministic: two runs agree record for record; madsim's check agrees; trace_hash {hash:016x}");
             Ok(0)
         }
+    }
+}
+
+/// Where a picture beats text: point a failing run at its timeline.
+pub fn print_pictures(outcome: &Outcome, written: &[String]) {
+    for line in written {
+        println!("{line}");
+    }
+    if !outcome.violations.is_empty() && written.is_empty() {
+        println!("to see it: {} --svg run.svg --trace run.json", outcome.replay);
     }
 }

@@ -14,7 +14,7 @@ pub struct ShrinkArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Give up after this many runs. Example: --budget 300
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 600)]
     pub budget: usize,
 }
 

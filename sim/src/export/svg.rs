@@ -1,0 +1,1024 @@
+//! The run as a static, self-contained SVG timeline: readable in any browser
+//! or image viewer, without hovering (hovering a mark shows its details).
+//!
+//! Time runs along x (ticks in seconds, top and bottom). From the top:
+//! title, legend, a `run` band (heal, violations that name no process), then
+//! one lane each for the `world` (one row per fault kind, a triangle per
+//! injection), the `store` (one row per kind of commit, a tick per commit),
+//! every worker process (labels, maintenance rows, attempt rows) and the
+//! `client` (query results). Under the chart, every violation in words.
+//!
+//! A worker lane holds one row per attempt placed so that nothing overlaps:
+//! each (incarnation, task, attempt) takes the first row free at its start,
+//! and draws its lease as a thick bar labelled `t12#2`, with a thin strip
+//! under it: the permit held, the body executing and the outcome write
+//! pending. Deaths (killed until restarted) are hatched, pauses yellow,
+//! restarts dashed lines; violations are red lines labelled `V1 name`.
+
+use super::{parse_process, timeline, Cut, MarkKind, Span, SpanKind, StoreMark, Timeline};
+use crate::check::Violation;
+use crate::history::Record;
+use leasesim::config::MaintenanceKind;
+use leasesim::ids::{Owner, ProcId, TaskId};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+const WIDTH: f64 = 1600.0;
+const LEFT: f64 = 190.0;
+const RIGHT: f64 = 24.0;
+const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
+const FONT: &str = "Helvetica, Arial, sans-serif";
+
+/// Height of a label row, a maintenance row, an attempt row, a tick row.
+const LABEL_H: f64 = 11.0;
+const MAINT_H: f64 = 9.0;
+const ATTEMPT_H: f64 = 17.0;
+const TICK_H: f64 = 12.0;
+/// At most this many rows per allocation (more overlap shares the last rows).
+const MAX_ROWS: usize = 80;
+
+const LEASE: &str = "#3b6fb6";
+const LEASE_RECLAIMED: &str = "#a9c4e8";
+const PERMIT: &str = "#a3d9ab";
+const EXEC: &str = "#2f8f4e";
+const WRITE: &str = "#f0a030";
+const PASS: &str = "#9a9a9a";
+const PASS_CUT: &str = "#4d4d4d";
+const PAUSED: &str = "#f5d45e";
+const KILL: &str = "#8b0000";
+const HEAL: &str = "#2ca02c";
+const VIOLATION: &str = "#d62728";
+const INCARNATION: &str = "#555555";
+
+const FAULT_COLORS: [&str; 14] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
+    "#637939", "#8c6d31", "#843c39", "#7b4173",
+];
+
+fn store_color(what: StoreMark) -> &'static str {
+    match what {
+        StoreMark::Created => "#9e9e9e",
+        StoreMark::Done => "#2e7d32",
+        StoreMark::Failed => "#8e44ad",
+        StoreMark::Dead => "#000000",
+        StoreMark::Released => "#e67e22",
+        StoreMark::Rejected => "#c2185b",
+        StoreMark::Repair => "#00838f",
+        StoreMark::Materialized => "#1565c0",
+        StoreMark::StageDone => "#558b2f",
+        StoreMark::StageRefused => "#6d4c41",
+    }
+}
+
+/// Escapes text for XML content and attribute values.
+pub(crate) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A generous estimate of a text's width in pixels.
+fn text_w(s: &str, size: f64) -> f64 {
+    s.chars().count() as f64 * size * 0.6
+}
+
+fn secs(ms: u64) -> String {
+    format!("{}.{:03} s", ms / 1000, ms % 1000)
+}
+
+fn span_text(s: &Span) -> String {
+    let who = s.owner.map_or(format!("p{}", s.proc), |o| o.to_string());
+    let mut t = format!(
+        "{} on {who}: {} to {} ({})\nended: {}",
+        s.name,
+        secs(s.start_ms),
+        secs(s.end_ms),
+        secs(s.end_ms - s.start_ms),
+        s.ended_by
+    );
+    for key in ["kind", "outcome", "pass", "renewals", "lease_expiry_ms"] {
+        if let Some(v) = s.args.get(key).filter(|v| !v.is_null()) {
+            let v = v.as_str().map_or(v.to_string(), str::to_string);
+            let _ = write!(t, "\n{key}: {v}");
+        }
+    }
+    t
+}
+
+/// Places intervals on the first row free at their start.
+#[derive(Default)]
+struct Rows {
+    ends: Vec<f64>,
+}
+
+impl Rows {
+    fn place(&mut self, x0: f64, x1: f64) -> usize {
+        let row = match self.ends.iter().position(|end| *end <= x0) {
+            Some(i) => i,
+            None if self.ends.len() < MAX_ROWS => {
+                self.ends.push(f64::MIN);
+                self.ends.len() - 1
+            }
+            None => {
+                // Full: the row that frees first.
+                let mut best = 0;
+                for (i, e) in self.ends.iter().enumerate() {
+                    if *e < self.ends[best] {
+                        best = i;
+                    }
+                }
+                best
+            }
+        };
+        self.ends[row] = x1;
+        row
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+struct Scale {
+    end_ms: u64,
+}
+
+impl Scale {
+    fn x(&self, ms: u64) -> f64 {
+        LEFT + ms.min(self.end_ms) as f64 / self.end_ms as f64 * PLOT_W
+    }
+}
+
+/// The SVG under construction.
+struct Svg {
+    out: String,
+}
+
+impl Svg {
+    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, style: &str, title: Option<&str>) {
+        let _ = write!(self.out, r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{h:.1}" {style}"#, w.max(0.0));
+        self.close(title, "rect");
+    }
+
+    fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, style: &str, title: Option<&str>) {
+        let _ = write!(self.out, r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" {style}"#);
+        self.close(title, "line");
+    }
+
+    fn text(&mut self, x: f64, y: f64, size: f64, style: &str, text: &str, title: Option<&str>) {
+        let _ = write!(self.out, r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" {style}>{}"#, esc(text));
+        if let Some(t) = title {
+            let _ = write!(self.out, "<title>{}</title>", esc(t));
+        }
+        self.out.push_str("</text>\n");
+    }
+
+    fn path(&mut self, d: &str, style: &str, title: Option<&str>) {
+        let _ = write!(self.out, r#"<path d="{d}" {style}"#);
+        self.close(title, "path");
+    }
+
+    fn close(&mut self, title: Option<&str>, tag: &str) {
+        match title {
+            Some(t) => {
+                let _ = writeln!(self.out, "><title>{}</title></{tag}>", esc(t));
+            }
+            None => self.out.push_str("/>\n"),
+        }
+    }
+
+    fn open_group(&mut self, class: &str) {
+        let _ = writeln!(self.out, r#"<g class="{class}">"#);
+    }
+
+    fn close_group(&mut self) {
+        self.out.push_str("</g>\n");
+    }
+}
+
+/// A tick step giving at most ~15 ticks.
+fn tick_step(end_ms: u64) -> u64 {
+    const STEPS: [u64; 22] = [
+        1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000,
+        600_000, 1_200_000, 1_800_000, 3_600_000,
+    ];
+    STEPS.iter().copied().find(|s| end_ms / s <= 15).unwrap_or_else(|| (end_ms / 15).max(1))
+}
+
+fn tick_label(ms: u64, step: u64) -> String {
+    if step.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        let s = format!("{:.3}", ms as f64 / 1000.0);
+        format!("{} s", s.trim_end_matches('0').trim_end_matches('.'))
+    }
+}
+
+/// A label placed in a band of label rows.
+struct Label {
+    x: f64,
+    text: String,
+    color: &'static str,
+    bold: bool,
+    title: Option<String>,
+}
+
+/// Places labels on rows so they never overlap; returns each label's row.
+fn place_labels(labels: &mut [Label]) -> (Vec<usize>, usize) {
+    labels.sort_by(|a, b| label_start(a).total_cmp(&label_start(b)));
+    let mut rows = Rows::default();
+    let placed =
+        labels.iter().map(|l| rows.place(label_start(l), label_start(l) + text_w(&l.text, 9.0) + 6.0)).collect();
+    (placed, rows.len())
+}
+
+/// Where a label starts: right of its mark, or left of it near the right edge.
+fn label_start(l: &Label) -> f64 {
+    let w = text_w(&l.text, 9.0) + 6.0;
+    if l.x + w > WIDTH - 2.0 {
+        (l.x - w).max(0.0)
+    } else {
+        l.x
+    }
+}
+
+fn draw_labels(svg: &mut Svg, labels: &[Label], rows: &[usize], top: f64) {
+    for (l, row) in labels.iter().zip(rows) {
+        let weight = if l.bold { r#" font-weight="bold""# } else { "" };
+        let style = format!(r#"fill="{}"{weight}"#, l.color);
+        let y = top + (*row as f64 + 1.0) * LABEL_H - 2.0;
+        svg.text(label_start(l) + 2.0, y, 9.0, &style, &l.text, l.title.as_deref());
+    }
+}
+
+/// The run as a static SVG timeline.
+pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
+    let tl = timeline(history, violations);
+    let scale = Scale { end_ms: tl.end_ms.max(1) };
+    let mut svg = Svg { out: String::with_capacity(64 * 1024) };
+
+    // Which lane each violation is drawn in: its process's, or the run band.
+    let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
+    let mut unowned = Vec::new();
+    for (i, v) in violations.iter().enumerate() {
+        match v.process.as_deref().and_then(parse_process).filter(|(p, _)| tl.procs.contains_key(p)) {
+            Some((p, _)) => by_proc.entry(p).or_default().push((i, v)),
+            None => unowned.push((i, v)),
+        }
+    }
+
+    // ---- header and legend ----
+    let faults = tl.marks.iter().filter(|m| matches!(m.kind, MarkKind::Fault { .. })).count();
+    let subtitle = format!(
+        "{} records, {} simulated; {} workers; {} fault injections; heal at {}; {} violation{}",
+        tl.records,
+        secs(tl.end_ms),
+        tl.procs.len(),
+        faults,
+        tl.heal_ms.map_or("(none)".to_string(), secs),
+        violations.len(),
+        if violations.len() == 1 { "" } else { "s" }
+    );
+    svg.text(16.0, 24.0, 16.0, r##"font-weight="bold" fill="#111""##, title, None);
+    svg.text(16.0, 42.0, 11.0, r##"fill="#555""##, &subtitle, None);
+    let mut y = legend(&mut svg, 54.0);
+
+    // ---- run band: heal and violations of the whole run ----
+    let band_top = y;
+    let mut run_labels = Vec::new();
+    if let Some(heal) = tl.heal_ms {
+        run_labels.push(Label {
+            x: scale.x(heal),
+            text: "heal".into(),
+            color: HEAL,
+            bold: true,
+            title: Some(format!("heal at {}: faults stop, the liveness phase runs", secs(heal))),
+        });
+    }
+    for (i, v) in &unowned {
+        run_labels.push(violation_label(*i, v, &scale));
+    }
+    let (run_rows, n_run_rows) = place_labels(&mut run_labels);
+    svg.text(8.0, band_top + LABEL_H - 2.0, 9.0, r##"fill="#555""##, "run", None);
+    draw_labels(&mut svg, &run_labels, &run_rows, band_top);
+    y += n_run_rows.max(1) as f64 * LABEL_H + 2.0;
+    let axis_top = y;
+    y += 16.0;
+    let chart_top = y;
+
+    // ---- lanes (drawn into their own buffer: the grid goes under them) ----
+    let mut lanes = Svg { out: String::with_capacity(64 * 1024) };
+    let mut shade = false;
+    y = world_lane(&mut lanes, &tl, &scale, y, shade);
+    shade = !shade;
+    y = store_lane(&mut lanes, &tl, &scale, y, shade);
+    for (proc, incs) in &tl.procs {
+        shade = !shade;
+        let vs = by_proc.get(proc).map_or(&[][..], |v| &v[..]);
+        y = worker_lane(&mut lanes, &tl, &scale, *proc, incs, vs, y, shade);
+    }
+    if tl.marks.iter().any(|m| matches!(m.kind, MarkKind::Query { .. })) {
+        shade = !shade;
+        y = client_lane(&mut lanes, &tl, &scale, y, shade);
+    }
+    let chart_bottom = y;
+
+    // ---- axis and grid ----
+    let step = tick_step(scale.end_ms);
+    svg.open_group("axis");
+    let mut t = 0;
+    while t <= scale.end_ms {
+        let x = scale.x(t);
+        svg.line(x, chart_top, x, chart_bottom, r##"stroke="#e6e6e6" stroke-width="1""##, None);
+        let label = tick_label(t, step);
+        svg.text(x, axis_top + 11.0, 10.0, r##"text-anchor="middle" fill="#333""##, &label, None);
+        svg.text(x, chart_bottom + 14.0, 10.0, r##"text-anchor="middle" fill="#333""##, &label, None);
+        svg.line(x, chart_top - 4.0, x, chart_top, r##"stroke="#333""##, None);
+        svg.line(x, chart_bottom, x, chart_bottom + 4.0, r##"stroke="#333""##, None);
+        t += step;
+    }
+    svg.line(LEFT, chart_top, LEFT + PLOT_W, chart_top, r##"stroke="#333""##, None);
+    svg.line(LEFT, chart_bottom, LEFT + PLOT_W, chart_bottom, r##"stroke="#333""##, None);
+    svg.close_group();
+    svg.out.push_str(&lanes.out);
+
+    // ---- lines across every lane: heal, violations of the whole run ----
+    svg.open_group("run-marks");
+    if let Some(heal) = tl.heal_ms {
+        let x = scale.x(heal);
+        let title = format!("heal at {}", secs(heal));
+        svg.line(
+            x,
+            band_top,
+            x,
+            chart_bottom,
+            &format!(r#"stroke="{HEAL}" stroke-width="1.5" stroke-dasharray="6,3""#),
+            Some(&title),
+        );
+    }
+    for (i, v) in &unowned {
+        let x = scale.x(v.at_ms);
+        let title = violation_text(*i, v);
+        svg.line(x, band_top, x, chart_bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
+    }
+    svg.close_group();
+
+    // ---- the violations in words ----
+    y = chart_bottom + 36.0;
+    svg.open_group("violations");
+    if violations.is_empty() {
+        svg.text(16.0, y, 12.0, r##"font-weight="bold" fill="#111""##, "Violations: none", None);
+        y += 16.0;
+    } else {
+        svg.text(16.0, y, 12.0, r##"font-weight="bold" fill="#111""##, "Violations", None);
+        y += 16.0;
+        let max_chars = ((WIDTH - 32.0) / (11.0 * 0.6)) as usize;
+        for (i, v) in violations.iter().enumerate() {
+            let full = violation_text(i, v);
+            let one_line = full.replace('\n', " ");
+            let shown = if one_line.chars().count() > max_chars {
+                let mut s: String = one_line.chars().take(max_chars.saturating_sub(1)).collect();
+                s.push('…');
+                s
+            } else {
+                one_line
+            };
+            svg.text(16.0, y, 11.0, &format!(r#"fill="{VIOLATION}""#), &shown, Some(&full));
+            y += 15.0;
+        }
+    }
+    svg.text(16.0, y + 4.0, 10.0, r##"fill="#777""##, "Hover a bar or mark for its details.", None);
+    svg.close_group();
+    let height = (y + 16.0).ceil();
+
+    let mut doc = String::with_capacity(svg.out.len() + 2048);
+    let _ = writeln!(
+        doc,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">"#
+    );
+    let _ = writeln!(doc, "<title>{}</title>", esc(title));
+    doc.push_str(concat!(
+        r#"<defs><pattern id="dead" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">"#,
+        r##"<rect width="6" height="6" fill="#e9e9e9"/><line x1="0" y1="0" x2="0" y2="6" stroke="#b5b5b5" stroke-width="2.5"/>"##,
+        "</pattern></defs>\n"
+    ));
+    let _ = writeln!(doc, r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#);
+    doc.push_str(&svg.out);
+    doc.push_str("</svg>");
+    doc
+}
+
+fn violation_text(i: usize, v: &Violation) -> String {
+    let mut who = Vec::new();
+    if let Some(t) = v.task {
+        who.push(format!("task {t}"));
+    }
+    if let Some(a) = v.attempt {
+        who.push(format!("attempt {a}"));
+    }
+    if let Some(p) = &v.process {
+        who.push(format!("process {p}"));
+    }
+    let who = if who.is_empty() { String::new() } else { format!(" ({})", who.join(", ")) };
+    format!("V{} at {} [{}]{who}: {}", i + 1, secs(v.at_ms), v.invariant, v.message)
+}
+
+fn violation_label(i: usize, v: &Violation, scale: &Scale) -> Label {
+    Label {
+        x: scale.x(v.at_ms),
+        text: format!("V{} {}", i + 1, v.invariant),
+        color: VIOLATION,
+        bold: true,
+        title: Some(violation_text(i, v)),
+    }
+}
+
+/// The legend, in rows; returns the y under it.
+fn legend(svg: &mut Svg, top: f64) -> f64 {
+    enum Swatch {
+        Bar(&'static str, f64, &'static str),
+        Line(&'static str),
+        Triangle,
+        Tick(&'static str),
+    }
+    use Swatch::*;
+    let items: [(Swatch, &str); 16] = [
+        (Bar(LEASE, 9.0, ""), "lease (ended by its outcome)"),
+        (
+            Bar(LEASE_RECLAIMED, 9.0, r##"stroke="#3b6fb6" stroke-dasharray="3,2""##),
+            "lease reclaimed (released or superseded)",
+        ),
+        (
+            Bar(LEASE, 9.0, r##"stroke="#111" stroke-width="1.5" stroke-dasharray="2,2""##),
+            "lease still held at the end",
+        ),
+        (Bar(PERMIT, 4.0, ""), "permit held"),
+        (Bar(EXEC, 4.0, ""), "task body executing"),
+        (Bar(WRITE, 4.0, ""), "outcome write pending"),
+        (Bar(PASS, 6.0, ""), "maintenance pass"),
+        (Bar(PASS_CUT, 6.0, ""), "pass cut by a kill or never ended"),
+        (Bar("url(#dead)", 12.0, ""), "process dead (killed until restarted)"),
+        (Bar(PAUSED, 12.0, r#"fill-opacity="0.5""#), "process paused"),
+        (Line(r##"stroke="#555555" stroke-dasharray="3,2""##), "new incarnation"),
+        (Line(r##"stroke="#8b0000" stroke-width="1.5""##), "process killed"),
+        (Triangle, "fault injected (row = fault kind)"),
+        (Line(r##"stroke="#2ca02c" stroke-width="1.5" stroke-dasharray="6,3""##), "heal"),
+        (Line(r##"stroke="#d62728" stroke-width="1.5""##), "violation Vn (listed below)"),
+        (Tick("#2e7d32"), "store commit (row = kind)"),
+    ];
+    svg.open_group("legend");
+    let (mut x, mut y) = (16.0, top);
+    for (swatch, label) in items {
+        let w = 24.0 + text_w(label, 11.0) + 14.0;
+        if x + w > WIDTH - 16.0 {
+            x = 16.0;
+            y += 16.0;
+        }
+        let mid = y + 6.0;
+        match swatch {
+            Bar(fill, h, extra) => {
+                let style = format!(r#"fill="{fill}" {extra}"#);
+                svg.rect(x, mid - h / 2.0, 18.0, h, &style, None);
+            }
+            Line(style) => svg.line(x + 9.0, mid - 6.0, x + 9.0, mid + 6.0, style, None),
+            Tick(color) => {
+                let style = format!(r#"stroke="{color}" stroke-width="1.5""#);
+                svg.line(x + 9.0, mid - 4.0, x + 9.0, mid + 4.0, &style, None);
+            }
+            Triangle => {
+                let d = format!(
+                    "M{:.1} {:.1}L{:.1} {:.1}L{:.1} {:.1}Z",
+                    x + 5.0,
+                    mid - 4.0,
+                    x + 13.0,
+                    mid - 4.0,
+                    x + 9.0,
+                    mid + 4.0
+                );
+                svg.path(&d, r##"fill="#1f77b4""##, None);
+            }
+        }
+        svg.text(x + 24.0, mid + 4.0, 11.0, r##"fill="#222""##, label, None);
+        x += w;
+    }
+    svg.close_group();
+    y + 22.0
+}
+
+/// A lane's background, separator and name; `sub` lines go under the name.
+fn lane_frame(svg: &mut Svg, top: f64, height: f64, shade: bool, name: &str, sub: &[String]) {
+    let fill = if shade { "#f5f7fa" } else { "#ffffff" };
+    svg.rect(0.0, top, WIDTH, height, &format!(r#"fill="{fill}""#), None);
+    svg.line(0.0, top, WIDTH, top, r##"stroke="#c8ced6""##, None);
+    svg.text(8.0, top + 14.0, 13.0, r##"font-weight="bold" fill="#111""##, name, None);
+    for (i, s) in sub.iter().enumerate() {
+        svg.text(8.0, top + 26.0 + 11.0 * i as f64, 9.0, r##"fill="#555""##, s, None);
+    }
+}
+
+fn lane_min_height(sub: usize) -> f64 {
+    18.0 + 11.0 * sub as f64 + 4.0
+}
+
+fn row_label(svg: &mut Svg, y_mid: f64, size: f64, text: &str) {
+    svg.text(LEFT - 6.0, y_mid + size / 3.0, size, r##"text-anchor="end" fill="#444""##, text, None);
+}
+
+/// One row per fault kind, a triangle per injection.
+fn world_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, top: f64, shade: bool) -> f64 {
+    let mut kinds: BTreeMap<&str, Vec<(u64, &str)>> = BTreeMap::new();
+    for m in &tl.marks {
+        if let MarkKind::Fault { kind, detail } = &m.kind {
+            kinds.entry(kind).or_default().push((m.at_ms, detail));
+        }
+    }
+    let sub = if kinds.is_empty() { vec!["no faults".to_string()] } else { vec!["faults".to_string()] };
+    let height = (kinds.len() as f64 * TICK_H + 8.0).max(lane_min_height(sub.len()));
+    svg.open_group("lane world");
+    lane_frame(svg, top, height, shade, "world", &sub);
+    for (row, (kind, marks)) in kinds.iter().enumerate() {
+        let y = top + 4.0 + row as f64 * TICK_H;
+        let color = FAULT_COLORS[row % FAULT_COLORS.len()];
+        row_label(svg, y + TICK_H / 2.0, 9.0, &format!("{kind} ({})", marks.len()));
+        for (at, detail) in marks {
+            let x = scale.x(*at);
+            let d = format!("M{:.1} {:.1}L{:.1} {:.1}L{:.1} {:.1}Z", x - 3.5, y + 2.0, x + 3.5, y + 2.0, x, y + 10.0);
+            let title = format!("{} {kind}: {detail}", secs(*at));
+            svg.path(&d, &format!(r#"fill="{color}" fill-opacity="0.85""#), Some(&title));
+        }
+    }
+    svg.close_group();
+    top + height
+}
+
+/// One row per kind of store commit, a tick per commit.
+fn store_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, top: f64, shade: bool) -> f64 {
+    let mut rows: BTreeMap<StoreMark, Vec<(u64, &str)>> = BTreeMap::new();
+    for m in &tl.marks {
+        if let MarkKind::Store { what, detail, .. } = &m.kind {
+            rows.entry(*what).or_default().push((m.at_ms, detail));
+        }
+    }
+    let sub = vec!["commits".to_string()];
+    let height = (rows.len() as f64 * TICK_H + 8.0).max(lane_min_height(sub.len()));
+    svg.open_group("lane store");
+    lane_frame(svg, top, height, shade, "store", &sub);
+    for (row, (what, marks)) in rows.iter().enumerate() {
+        let y = top + 4.0 + row as f64 * TICK_H;
+        row_label(svg, y + TICK_H / 2.0, 9.0, &format!("{} ({})", what.name(), marks.len()));
+        let style = format!(r#"stroke="{}" stroke-width="1.5""#, store_color(*what));
+        for (at, detail) in marks {
+            let x = scale.x(*at);
+            let title = format!("{} {}: {detail}", secs(*at), what.name());
+            svg.line(x, y + 2.0, x, y + TICK_H - 2.0, &style, Some(&title));
+        }
+    }
+    svg.close_group();
+    top + height
+}
+
+fn client_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, top: f64, shade: bool) -> f64 {
+    let queries: Vec<(u64, u64, bool)> = tl
+        .marks
+        .iter()
+        .filter_map(|m| match m.kind {
+            MarkKind::Query { index, materialized } => Some((m.at_ms, index, materialized)),
+            _ => None,
+        })
+        .collect();
+    let sub = vec!["green: materialized".to_string(), "orange: not yet".to_string()];
+    let height = (TICK_H + 8.0).max(lane_min_height(sub.len()));
+    svg.open_group("lane client");
+    lane_frame(svg, top, height, shade, "client", &sub);
+    let y = top + 4.0;
+    row_label(svg, y + TICK_H / 2.0, 9.0, &format!("query results ({})", queries.len()));
+    for (at, index, materialized) in queries {
+        let x = scale.x(at);
+        let color = if materialized { "#2e7d32" } else { "#e67e22" };
+        let what = if materialized { "materialized" } else { "not materialized" };
+        let title = format!("{} query of index {index}: {what}", secs(at));
+        svg.line(x, y + 2.0, x, y + TICK_H - 2.0, &format!(r#"stroke="{color}" stroke-width="1.5""#), Some(&title));
+    }
+    svg.close_group();
+    top + height
+}
+
+/// The spans of one attempt, drawn on one row.
+#[derive(Default)]
+struct Attempt<'a> {
+    lease: Vec<&'a Span>,
+    permit: Vec<&'a Span>,
+    exec: Vec<&'a Span>,
+    write: Vec<&'a Span>,
+}
+
+impl Attempt<'_> {
+    fn all(&self) -> impl Iterator<Item = &&Span> {
+        self.lease.iter().chain(&self.permit).chain(&self.exec).chain(&self.write)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker_lane(
+    svg: &mut Svg,
+    tl: &Timeline,
+    scale: &Scale,
+    proc: ProcId,
+    incs: &[u32],
+    violations: &[(usize, &Violation)],
+    top: f64,
+    shade: bool,
+) -> f64 {
+    // ---- what goes in the lane ----
+    let mut labels = Vec::new();
+    let mut dead = Vec::new();
+    let mut ups = Vec::new();
+    let mut kills = Vec::new();
+    let mut dead_since: Option<(u64, Owner)> = None;
+    for m in &tl.marks {
+        match &m.kind {
+            MarkKind::Up(o) if o.proc == proc => {
+                if let Some((since, who)) = dead_since.take() {
+                    dead.push((since, m.at_ms, who));
+                }
+                ups.push((m.at_ms, *o));
+                let title = format!("{o} up at {}", secs(m.at_ms));
+                labels.push(Label {
+                    x: scale.x(m.at_ms),
+                    text: o.to_string(),
+                    color: "#333333",
+                    bold: false,
+                    title: Some(title),
+                });
+            }
+            MarkKind::Killed(o) if o.proc == proc => {
+                dead_since.get_or_insert((m.at_ms, *o));
+                kills.push((m.at_ms, *o));
+                let title = format!("{o} killed at {}", secs(m.at_ms));
+                labels.push(Label {
+                    x: scale.x(m.at_ms),
+                    text: format!("killed {o}"),
+                    color: KILL,
+                    bold: false,
+                    title: Some(title),
+                });
+            }
+            MarkKind::Paused(p) if *p == proc => {
+                let title = format!("p{p} paused at {}", secs(m.at_ms));
+                labels.push(Label {
+                    x: scale.x(m.at_ms),
+                    text: "paused".into(),
+                    color: "#8a6d00",
+                    bold: false,
+                    title: Some(title),
+                });
+            }
+            _ => {}
+        }
+    }
+    if let Some((since, who)) = dead_since {
+        dead.push((since, tl.end_ms, who));
+    }
+    for (i, v) in violations {
+        labels.push(violation_label(*i, v, scale));
+    }
+    let (label_rows, n_label_rows) = place_labels(&mut labels);
+
+    let mine = || tl.spans.iter().filter(move |s| s.proc == proc);
+    let mut passes: BTreeMap<MaintenanceKind, Vec<&Span>> = BTreeMap::new();
+    let mut attempts: BTreeMap<(Owner, TaskId, u32), Attempt> = BTreeMap::new();
+    for s in mine() {
+        let key = || (s.owner.expect("attempt spans have an owner"), s.task.unwrap_or(0), s.attempt.unwrap_or(0));
+        match s.kind {
+            SpanKind::Maintenance(k) => passes.entry(k).or_default().push(s),
+            SpanKind::Lease => attempts.entry(key()).or_default().lease.push(s),
+            SpanKind::Permit => attempts.entry(key()).or_default().permit.push(s),
+            SpanKind::Execution => attempts.entry(key()).or_default().exec.push(s),
+            SpanKind::Write => attempts.entry(key()).or_default().write.push(s),
+            SpanKind::Alive | SpanKind::Paused => {}
+        }
+    }
+
+    // Maintenance rows: per kind, passes placed so they never overlap.
+    /// Per kind: its rows and each pass with its row.
+    type PassRows<'a> = Vec<(MaintenanceKind, usize, Vec<(&'a Span, usize)>)>;
+    let mut pass_rows: PassRows = Vec::new();
+    for (kind, spans) in &passes {
+        let mut rows = Rows::default();
+        let placed: Vec<(&Span, usize)> = spans
+            .iter()
+            .map(|s| {
+                let x0 = scale.x(s.start_ms);
+                (*s, rows.place(x0, scale.x(s.end_ms).max(x0 + 1.0) + 0.5))
+            })
+            .collect();
+        pass_rows.push((*kind, rows.len(), placed));
+    }
+    let n_pass_rows: usize = pass_rows.iter().map(|(_, n, _)| n).sum();
+
+    // Attempt rows: each attempt on the first row free at its start; room is
+    // kept for its label inside the lease bar, right after it, or (at the
+    // right edge) right before it.
+    #[derive(PartialEq)]
+    enum LabelAt {
+        Inside,
+        After,
+        Before,
+    }
+    struct Placed<'a> {
+        key: (Owner, TaskId, u32),
+        spans: Attempt<'a>,
+        x0: f64,
+        x1: f64,
+        label_at: LabelAt,
+        /// The room taken on its row, label included.
+        room: (f64, f64),
+        row: usize,
+    }
+    let mut placed: Vec<Placed> = attempts
+        .into_iter()
+        .map(|(key, spans)| {
+            let start = spans.all().map(|s| s.start_ms).min().unwrap_or(0);
+            let end = spans.all().map(|s| s.end_ms).max().unwrap_or(start);
+            let x0 = scale.x(start);
+            let x1 = scale.x(end).max(x0 + 1.0);
+            let label = format!("t{}#{}", key.1, key.2);
+            let lease_w = spans.lease.iter().map(|s| scale.x(s.end_ms) - scale.x(s.start_ms)).fold(0.0, f64::max);
+            let label_w = text_w(&label, 8.0);
+            let (label_at, room) = if lease_w >= label_w + 4.0 {
+                (LabelAt::Inside, (x0, x1 + 2.0))
+            } else if x1 + label_w + 4.0 <= WIDTH - 2.0 {
+                (LabelAt::After, (x0, x1 + label_w + 5.0))
+            } else {
+                (LabelAt::Before, (x0 - label_w - 4.0, x1 + 2.0))
+            };
+            Placed { key, spans, x0, x1, label_at, room, row: 0 }
+        })
+        .collect();
+    placed.sort_by(|a, b| a.room.0.total_cmp(&b.room.0).then(a.key.cmp(&b.key)));
+    let mut rows = Rows::default();
+    for p in placed.iter_mut() {
+        p.row = rows.place(p.room.0, p.room.1);
+    }
+    let n_attempt_rows = rows.len();
+
+    // ---- geometry ----
+    let mut sub = Vec::new();
+    match (incs.first(), incs.last()) {
+        (Some(a), Some(b)) if a != b => sub.push(format!("p{proc}.{a} to p{proc}.{b}")),
+        (Some(a), _) => sub.push(format!("p{proc}.{a}")),
+        _ => {}
+    }
+    if let Some(off) = tl.offsets.get(&proc) {
+        sub.push(format!("clock {off:+} ms"));
+    }
+    let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    sub.push(count(placed.iter().filter(|p| !p.spans.lease.is_empty()).count(), "lease", "leases"));
+    sub.push(count(passes.values().map(Vec::len).sum::<usize>(), "pass", "passes"));
+    let label_top = top + 3.0;
+    let pass_top = label_top + n_label_rows.max(1) as f64 * LABEL_H + 2.0;
+    let attempt_top = pass_top + n_pass_rows as f64 * MAINT_H + if n_pass_rows > 0 { 3.0 } else { 0.0 };
+    let content_bottom = attempt_top + n_attempt_rows as f64 * ATTEMPT_H + 3.0;
+    let height = (content_bottom - top).max(lane_min_height(sub.len()));
+    let bottom = top + height;
+
+    // ---- drawing ----
+    svg.open_group(&format!("lane p{proc}"));
+    lane_frame(svg, top, height, shade, &format!("p{proc}"), &sub);
+    for (from, to, who) in &dead {
+        let (x0, x1) = (scale.x(*from), scale.x(*to));
+        let title = format!("{who} dead from {} to {}", secs(*from), secs(*to));
+        svg.rect(x0, top + 1.0, (x1 - x0).max(1.0), height - 1.0, r#"fill="url(#dead)""#, Some(&title));
+    }
+    for s in mine().filter(|s| s.kind == SpanKind::Paused) {
+        let (x0, x1) = (scale.x(s.start_ms), scale.x(s.end_ms));
+        let style = format!(r#"fill="{PAUSED}" fill-opacity="0.5""#);
+        svg.rect(x0, top + 1.0, (x1 - x0).max(1.0), height - 1.0, &style, Some(&span_text(s)));
+    }
+    for (at, o) in &ups {
+        if *at > 0 {
+            let x = scale.x(*at);
+            let title = format!("{o} up at {}", secs(*at));
+            let style = format!(r#"stroke="{INCARNATION}" stroke-dasharray="3,2""#);
+            svg.line(x, top + 1.0, x, bottom, &style, Some(&title));
+        }
+    }
+    for (at, o) in &kills {
+        let x = scale.x(*at);
+        let title = format!("{o} killed at {}", secs(*at));
+        svg.line(x, top + 1.0, x, bottom, &format!(r#"stroke="{KILL}" stroke-width="1.5""#), Some(&title));
+    }
+    draw_labels(svg, &labels, &label_rows, label_top);
+
+    let mut y = pass_top;
+    for (kind, n_rows, spans) in &pass_rows {
+        for r in 0..*n_rows {
+            row_label(svg, y + r as f64 * MAINT_H + MAINT_H / 2.0, 8.0, &format!("{} passes", kind.name()));
+        }
+        for (s, r) in spans {
+            let x0 = scale.x(s.start_ms);
+            let w = (scale.x(s.end_ms) - x0).max(1.0);
+            let fill = if s.cut == Cut::Normal { PASS } else { PASS_CUT };
+            svg.rect(
+                x0,
+                y + *r as f64 * MAINT_H + 1.5,
+                w,
+                MAINT_H - 3.0,
+                &format!(r#"fill="{fill}""#),
+                Some(&span_text(s)),
+            );
+        }
+        y += *n_rows as f64 * MAINT_H;
+    }
+    if n_attempt_rows > 0 {
+        row_label(svg, attempt_top + ATTEMPT_H / 2.0, 8.0, "attempts");
+    }
+    for p in &placed {
+        let y = attempt_top + p.row as f64 * ATTEMPT_H;
+        for s in &p.spans.lease {
+            let x0 = scale.x(s.start_ms);
+            let w = (scale.x(s.end_ms) - x0).max(1.0);
+            let style = match s.cut {
+                Cut::Reclaimed => format!(r#"fill="{LEASE_RECLAIMED}" stroke="{LEASE}" stroke-dasharray="3,2""#),
+                Cut::Open => format!(r##"fill="{LEASE}" stroke="#111" stroke-width="1.5" stroke-dasharray="2,2""##),
+                Cut::Normal | Cut::Killed => format!(r#"fill="{LEASE}""#),
+            };
+            svg.rect(x0, y + 1.0, w, 9.0, &style, Some(&span_text(s)));
+        }
+        for (spans, fill) in [(&p.spans.permit, PERMIT), (&p.spans.exec, EXEC), (&p.spans.write, WRITE)] {
+            for s in spans {
+                let x0 = scale.x(s.start_ms);
+                let w = (scale.x(s.end_ms) - x0).max(1.0);
+                svg.rect(x0, y + 11.0, w, 4.0, &format!(r#"fill="{fill}""#), Some(&span_text(s)));
+            }
+        }
+        let label = format!("t{}#{}", p.key.1, p.key.2);
+        let title = format!("task {} attempt {} on {}", p.key.1, p.key.2, p.key.0);
+        if p.label_at == LabelAt::Inside {
+            let lease = p.spans.lease.iter().max_by(|a, b| (a.end_ms - a.start_ms).cmp(&(b.end_ms - b.start_ms)));
+            let x = lease.map_or(p.x0, |s| scale.x(s.start_ms)) + 2.0;
+            let fill = if lease.is_some_and(|s| s.cut == Cut::Reclaimed) { "#0b2a55" } else { "#ffffff" };
+            svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}""#), &label, Some(&title));
+        } else {
+            let x = if p.label_at == LabelAt::After { p.x1 + 2.0 } else { p.room.0 + 1.0 };
+            svg.text(x, y + 8.5, 8.0, r##"fill="#0b2a55""##, &label, Some(&title));
+        }
+    }
+    for (i, v) in violations {
+        let x = scale.x(v.at_ms);
+        let title = violation_text(*i, v);
+        svg.line(x, top + 1.0, x, bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
+    }
+    svg.close_group();
+    bottom
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{history, violations};
+    use super::{esc, svg_timeline, tick_label, tick_step};
+
+    fn picture() -> String {
+        svg_timeline(&history(), &violations(), "swarm seed 3 <demo> & friends")
+    }
+
+    /// A tiny well-formedness check: every tag closes in order, attribute
+    /// quotes balance, no raw '<' or '&' outside tags and entities.
+    fn assert_well_formed(svg: &str) {
+        let mut stack: Vec<String> = Vec::new();
+        let mut rest = svg;
+        while let Some(i) = rest.find(['<', '&']) {
+            let text = &rest[..i];
+            assert!(!text.contains('>'), "a raw '>' in text: {text:?}");
+            rest = &rest[i..];
+            if rest.starts_with('&') {
+                let end = rest.find(';').expect("an entity ends with ';'");
+                let entity = &rest[1..end];
+                assert!(["amp", "lt", "gt", "quot", "apos"].contains(&entity), "unknown entity &{entity};");
+                rest = &rest[end + 1..];
+                continue;
+            }
+            let end = rest.find('>').expect("a tag ends");
+            let tag = &rest[1..end];
+            assert!(!tag.contains('<'), "a '<' inside a tag: {tag:?}");
+            assert_eq!(tag.matches('"').count() % 2, 0, "unbalanced quotes in <{tag}>");
+            if let Some(name) = tag.strip_prefix('/') {
+                assert_eq!(stack.pop().as_deref(), Some(name), "closing </{name}>");
+            } else if !tag.ends_with('/') {
+                stack.push(tag.split_whitespace().next().unwrap().to_string());
+            }
+            rest = &rest[end + 1..];
+        }
+        assert!(stack.is_empty(), "unclosed tags: {stack:?}");
+    }
+
+    #[test]
+    fn the_picture_is_well_formed_svg() {
+        let svg = picture();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
+        assert!(svg.ends_with("</svg>"));
+        assert_eq!(svg.matches("<g ").count() + svg.matches("<g>").count(), svg.matches("</g>").count());
+        assert_well_formed(&svg);
+        assert!(svg.contains("<title>swarm seed 3 &lt;demo&gt; &amp; friends</title>"));
+    }
+
+    #[test]
+    fn every_process_has_a_lane_and_every_lease_a_bar() {
+        let svg = picture();
+        for lane in ["world", "store", "p1", "p2", "client"] {
+            assert!(svg.contains(&format!(r#"<g class="lane {lane}">"#)), "lane {lane}");
+            assert!(svg.contains(&format!(">{lane}</text>")), "lane label {lane}");
+        }
+        assert!(svg.contains(">t12#2<"), "the lease of t12 is labelled");
+        assert!(svg.contains(">t7#1<"), "the lease of t7 is labelled");
+        assert_eq!(svg.matches("<title>lease t12#2 on p1.1").count(), 1);
+        assert_eq!(svg.matches("<title>lease t7#1 on p2.1").count(), 1);
+        assert!(svg.contains("<title>permit t12#2 on p1.1"));
+        assert!(svg.contains("<title>write t12#2 on p1.1"));
+        assert!(svg.contains("<title>maintenance index on p1.1"));
+        assert!(svg.contains(">p2.2<"), "the restart is labelled");
+        assert!(svg.contains(">killed p2.1<"));
+        assert!(svg.contains(r#"fill="url(#dead)""#), "p2's death is hatched");
+        assert!(svg.contains(">paused<"));
+    }
+
+    #[test]
+    fn faults_heal_and_violations_are_marked() {
+        let svg = picture();
+        assert!(svg.contains(">message-loss (1)</text>"), "a row per fault kind");
+        assert!(svg.contains(">process-kill (1)</text>"));
+        assert!(svg.contains("message-loss: claim request lost</title>"));
+        assert!(svg.contains(">heal<"));
+        assert!(svg.contains(">V1 single-owner<"));
+        assert!(svg.contains(">V2 eventual-completion<"));
+        // The message's markup is escaped, in the list and in the tooltips.
+        assert!(svg.contains("t12 &lt;granted&gt; while p2.1 &amp; others &quot;held&quot; it"));
+        assert!(!svg.contains("<granted>"));
+        // V1 names p1.1: its label sits in p1's lane.
+        let p1 = svg.find(r#"<g class="lane p1">"#).unwrap();
+        let p2 = svg.find(r#"<g class="lane p2">"#).unwrap();
+        let v1 = svg.find(">V1 single-owner<").unwrap();
+        assert!(p1 < v1 && v1 < p2, "V1 is drawn in p1's lane");
+    }
+
+    #[test]
+    fn ticks_are_in_seconds() {
+        assert_eq!(tick_step(600_000), 60_000);
+        assert_eq!(tick_step(10_000), 1000);
+        assert_eq!(tick_step(0), 1);
+        assert_eq!(tick_label(30_000, 30_000), "30 s");
+        assert_eq!(tick_label(1500, 500), "1.5 s");
+        let svg = picture();
+        assert!(svg.contains(">10 s</text>") && svg.contains(">0 s</text>"));
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(esc(r#"<a & 'b' "c">"#), "&lt;a &amp; &apos;b&apos; &quot;c&quot;&gt;");
+    }
+
+    #[test]
+    fn an_empty_history_still_draws() {
+        let svg = svg_timeline(&[], &[], "empty");
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+        assert_well_formed(&svg);
+        assert!(svg.contains("Violations: none"));
+    }
+
+    #[test]
+    fn overlapping_attempts_get_their_own_rows() {
+        use super::super::testkit::o;
+        use crate::history::{Entry, Record};
+        use leasesim::event::Event;
+        use leasesim::ids::Fence;
+        use leasesim::task::TaskKind;
+        let grant = |at_ms, task| Record {
+            at_ms,
+            entry: Entry::Engine(Event::LeaseGranted {
+                fence: Fence { task, attempt: 1, owner: o(1, 1) },
+                kind: TaskKind::Job,
+                lease_expiry_ms: None,
+                retry_at_ms: 0,
+            }),
+        };
+        let history: Vec<Record> = (0..5).map(|t| grant(t * 100, t)).collect();
+        let svg = svg_timeline(&history, &[], "overlap");
+        let ys: std::collections::BTreeSet<String> = svg
+            .lines()
+            .filter(|l| l.contains("<title>lease t"))
+            .map(|l| l.split("y=\"").nth(1).unwrap().split('"').next().unwrap().to_string())
+            .collect();
+        assert_eq!(ys.len(), 5, "five overlapping leases on five rows: {ys:?}");
+    }
+}
