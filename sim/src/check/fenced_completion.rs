@@ -1,7 +1,9 @@
 //! fenced-completion: a fenced write (complete, fail, clear-stage-link,
 //! renewal) changes a task only if it carries the task's current attempt and
 //! the task is still leased to that owner; a completion callback follows its
-//! own attempt's applied completion.
+//! own attempt's applied completion. Every claim carries a fresh attempt
+//! (the previous one + 1, also when the same owner claims again), or the
+//! fence could not tell a stale attempt from the current one.
 
 use super::{Checker, Ctx, Violation};
 use crate::history::{Entry, Record};
@@ -62,6 +64,25 @@ impl Checker for FencedCompletion {
         let now = rec.at_ms;
         let Entry::Engine(e) = &rec.entry else { return };
         match e {
+            Event::LeaseGranted { fence, .. } => {
+                self.evaluations += 1;
+                let previous = ctx.view.task(fence.task).map_or(0, |t| t.attempt);
+                if fence.attempt != previous + 1 {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{}: claimed at {now} ms as attempt {} by {}, but the previous attempt was {previous}: the attempt is not fresh",
+                                fence.task, fence.attempt, fence.owner
+                            ),
+                        )
+                        .task(fence.task)
+                        .attempt(fence.attempt)
+                        .process(fence.owner),
+                    );
+                }
+            }
             Event::WriteApplied { fence, write, .. } => {
                 let held = self.fenced(now, fence, write_name(*write), ctx, out);
                 if held && *write == WriteKind::Complete {
@@ -147,6 +168,13 @@ mod tests {
                 .at(20).completed(1, 1, o(1, 1))
                 .build()
             => Violates(NAME, Some(1));
+        reclaim_without_a_new_attempt:
+            H::new().up(o(1, 1)).created(6, TaskKind::Job)
+                .at(10).granted(6, 1, o(1, 1), Some(100))
+                .at(200).released(6, 1, o(1, 1))
+                .at(300).granted(6, 1, o(1, 1), Some(5_000))
+                .build()
+            => Violates(NAME, Some(6));
         callback_without_own_completion:
             H::new().up(o(1, 1)).up(o(2, 1)).created(3, TaskKind::Job)
                 .at(10).granted(3, 1, o(1, 1), Some(100))
