@@ -20,7 +20,9 @@ fn check(path: &Path) -> Result<(), String> {
         Err(e) => {
             let expected = matches!(
                 (&e, entry.expect.as_str()),
-                (runner::RunError::Panic(_), "panic") | (runner::RunError::Hang { .. }, "hang")
+                (runner::RunError::Panic(_), "panic")
+                    | (runner::RunError::Hang { .. }, "hang")
+                    | (runner::RunError::Limit(_), "resource-limit")
             );
             return if expected { Ok(()) } else { Err(format!("{}: {e}\n  replay: {replay}", path.display())) };
         }

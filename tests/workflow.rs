@@ -84,3 +84,40 @@ fn shrinking_keeps_the_failure_and_makes_the_case_smaller() {
     let mut judge = Shrinker { budget: 1, runs: 0, ..shrinker };
     assert!(judge.fails(&small), "the shrunk case no longer fails");
 }
+
+/// Seeds 2, 3 and 4 break the harness itself: a panic, a livelock that
+/// simulated time cannot end, a flood of records.
+fn sabotage(seed: u64) -> Option<leasesim_sim::world::Sabotage> {
+    use leasesim_sim::world::Sabotage;
+    match seed {
+        2 => Some(Sabotage::Panic { at_ms: 5_000 }),
+        3 => Some(Sabotage::Livelock { at_ms: 5_000 }),
+        4 => Some(Sabotage::Flood { at_ms: 5_000 }),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_campaign_records_panics_hangs_and_resource_limits_and_goes_on() {
+    use leasesim_sim::fuzz::{self, Campaign, Target};
+    use leasesim_sim::runner::PlanSource;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let scenario = Arc::new(leasesim_sim::scenario::resolve("swarm").expect("swarm").scenario);
+    let campaign = Campaign {
+        targets: vec![Target { arg: "swarm".into(), scenario }],
+        seeds: SeedSpace::range(1, Some(7)),
+        deadline: None,
+        jobs: 2,
+        plan: PlanSource::Swarm,
+        watchdog: std::time::Duration::from_secs(5),
+        defects: leasesim::defects::Defects::none(),
+        sabotage: Some(sabotage),
+    };
+    let summary = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
+    assert_eq!(summary.seeds, 6, "every seed was run, the broken ones included");
+    let kinds: Vec<(u64, &str)> = summary.failures.iter().map(|f| (f.seed, f.invariant.as_str())).collect();
+    assert_eq!(kinds, vec![(2, "panic"), (3, "hang"), (4, "resource-limit")], "{:?}", summary.failures);
+    assert!(summary.failures[0].message.contains("sabotage"), "{:?}", summary.failures[0]);
+    assert!(summary.failures.iter().all(|f| f.replay.contains(&format!("--seed {}", f.seed))));
+}

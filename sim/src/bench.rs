@@ -69,6 +69,7 @@ pub fn time_to_find(defect: Defect, target: &Target, starts: u64, cap: u64, jobs
                 plan: PlanSource::Swarm,
                 watchdog: DEFAULT_WATCHDOG,
                 defects: Defects([defect].into_iter().collect()),
+                sabotage: None,
             };
             let summary = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
             found = summary.failures.iter().filter(|f| f.invariant == invariant).map(|f| f.seed - start + 1).min();
@@ -123,6 +124,7 @@ pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> T
             plan: PlanSource::Swarm,
             watchdog: DEFAULT_WATCHDOG,
             defects: Defects::none(),
+            sabotage: None,
         };
         let s = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
         rates.push(s.seeds_per_second);

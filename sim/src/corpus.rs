@@ -58,7 +58,7 @@ pub struct Entry {
 
 /// What can be expected of a run.
 pub fn expectations() -> Vec<&'static str> {
-    let mut names = vec!["pass", "panic", "hang"];
+    let mut names = vec!["pass", "panic", "hang", "resource-limit"];
     names.extend(INVARIANTS.iter().map(|(name, _)| *name));
     names
 }

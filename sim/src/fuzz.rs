@@ -78,6 +78,8 @@ pub struct Campaign {
     pub plan: PlanSource,
     pub watchdog: Duration,
     pub defects: leasesim::defects::Defects,
+    /// Breaks chosen seeds on purpose (tests of the campaign only).
+    pub sabotage: Option<fn(u64) -> Option<crate::world::Sabotage>>,
 }
 
 /// One failing seed.
@@ -127,10 +129,12 @@ impl Campaign {
         let n = self.targets.len() as u64;
         let target = &self.targets[(index % n) as usize];
         let seed = self.seeds.nth(index / n)?;
+        let sabotage = self.sabotage.and_then(|choose| choose(seed));
         Some(
             RunSpec::new(target.scenario.clone(), target.arg.clone(), seed)
                 .with_plan(self.plan.clone())
-                .with_defects(self.defects.clone()),
+                .with_defects(self.defects.clone())
+                .with_sabotage(sabotage),
         )
     }
 }
@@ -222,6 +226,7 @@ pub fn failure_of(spec: &RunSpec, e: &RunError) -> Failure {
         invariant: match e {
             RunError::Panic(_) => "panic".into(),
             RunError::Hang { .. } => "hang".into(),
+            RunError::Limit(_) => "resource-limit".into(),
         },
         message: e.to_string(),
         at_ms: None,

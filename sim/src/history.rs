@@ -47,16 +47,26 @@ pub struct Record {
     pub entry: Entry,
 }
 
+/// At most this many records per run (about 1 GiB of history at worst).
+pub const MAX_RECORDS: usize = 4_000_000;
+
+/// The panic payload of a run that went past [`MAX_RECORDS`].
+#[derive(Debug, Clone, Copy)]
+pub struct LimitExceeded {
+    pub records: usize,
+}
+
 /// Collects the history; the engine sees it only as an [`Observer`].
 #[derive(Clone)]
 pub struct Recorder {
     inner: Arc<Mutex<Vec<Record>>>,
     origin: tokio::time::Instant,
+    max_records: usize,
 }
 
 impl Recorder {
-    pub fn new(origin: tokio::time::Instant) -> Self {
-        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin }
+    pub fn new(origin: tokio::time::Instant, max_records: usize) -> Self {
+        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin, max_records }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -69,7 +79,14 @@ impl Recorder {
 
     fn push(&self, entry: Entry) {
         let at_ms = self.now_ms();
-        self.inner.lock().expect("history lock").push(Record { at_ms, entry });
+        let mut records = self.inner.lock().expect("history lock");
+        if records.len() >= self.max_records {
+            drop(records);
+            // A runaway world (an event storm) must not take the campaign's
+            // memory with it: the seed ends here as a failure of its own kind.
+            std::panic::panic_any(LimitExceeded { records: self.max_records });
+        }
+        records.push(Record { at_ms, entry });
     }
 
     pub fn take(&self) -> Vec<Record> {

@@ -24,6 +24,8 @@ pub enum RunError {
     Panic(String),
     /// The seed ran past the wall-clock watchdog (a livelock).
     Hang { watchdog_ms: u64 },
+    /// The seed went past a resource limit (its history grew past the cap).
+    Limit(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -33,6 +35,7 @@ impl std::fmt::Display for RunError {
             RunError::Hang { watchdog_ms } => {
                 write!(f, "hang: no result within the {watchdog_ms} ms wall-clock watchdog")
             }
+            RunError::Limit(what) => write!(f, "resource limit: {what}"),
         }
     }
 }
@@ -58,6 +61,10 @@ pub struct RunSpec {
     pub plan: PlanSource,
     /// Defect switches turned on for this run (none: the correct engine).
     pub defects: Defects,
+    /// A deliberate harness failure (tests of the runner and campaigns only).
+    pub sabotage: Option<world::Sabotage>,
+    /// The history cap (a resource limit): past it the seed is a failure.
+    pub max_records: usize,
     /// A `RUST_LOG`-style filter: print the engine's tracing logs (with
     /// simulated timestamps) to stderr while the seed runs.
     pub log_filter: Option<String>,
@@ -75,8 +82,15 @@ impl RunSpec {
             plan: PlanSource::Swarm,
             defects: Defects::none(),
             log_filter: None,
+            sabotage: None,
+            max_records: crate::history::MAX_RECORDS,
             replay_override: None,
         }
+    }
+
+    pub fn with_sabotage(mut self, sabotage: Option<world::Sabotage>) -> Self {
+        self.sabotage = sabotage;
+        self
     }
 
     pub fn with_defects(mut self, defects: Defects) -> Self {
@@ -117,7 +131,12 @@ impl RunSpec {
     fn world_spec(&self) -> WorldSpec {
         let mut scenario = (*self.scenario).clone();
         scenario.engine.defects = self.defects.clone();
-        WorldSpec { scenario: Arc::new(scenario), plan: self.fault_plan() }
+        WorldSpec {
+            scenario: Arc::new(scenario),
+            plan: self.fault_plan(),
+            sabotage: self.sabotage,
+            max_records: self.max_records,
+        }
     }
 }
 
@@ -143,7 +162,10 @@ pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunE
                     None => rt.block_on(world::run(world_spec, seed)),
                 }
             }));
-            let _ = tx.send(result.map_err(|payload| RunError::Panic(panic_message(payload.as_ref()))));
+            let _ = tx.send(result.map_err(|payload| match payload.downcast_ref::<crate::history::LimitExceeded>() {
+                Some(limit) => RunError::Limit(format!("the history passed {} records", limit.records)),
+                None => RunError::Panic(panic_message(payload.as_ref())),
+            }));
         })
         .expect("spawn a seed thread");
     match rx.recv_timeout(watchdog) {

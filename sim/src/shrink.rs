@@ -76,6 +76,7 @@ impl Shrinker {
             Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
             Err(runner::RunError::Panic(_)) => self.invariant == "panic",
             Err(runner::RunError::Hang { .. }) => self.invariant == "hang",
+            Err(runner::RunError::Limit(_)) => self.invariant == "resource-limit",
         }
     }
 

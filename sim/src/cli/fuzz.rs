@@ -183,6 +183,7 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
         },
         watchdog: runner::DEFAULT_WATCHDOG,
         defects: defects.clone(),
+        sabotage: None,
     };
     let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
     let range = match seed_end {

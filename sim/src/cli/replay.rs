@@ -49,7 +49,9 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
         Err(e) => {
             let holds = matches!(
                 (&e, entry.expect.as_str()),
-                (runner::RunError::Panic(_), "panic") | (runner::RunError::Hang { .. }, "hang")
+                (runner::RunError::Panic(_), "panic")
+                    | (runner::RunError::Hang { .. }, "hang")
+                    | (runner::RunError::Limit(_), "resource-limit")
             );
             println!("seed {} did not finish: {e}", entry.seed);
             println!("{}", if holds { "expectation holds" } else { "EXPECTATION FAILED" });

@@ -50,6 +50,22 @@ pub struct WorldResult {
 pub struct WorldSpec {
     pub scenario: Arc<Scenario>,
     pub plan: FaultPlan,
+    /// Breaks the harness itself on purpose (to test that a campaign
+    /// survives seeds that panic, livelock or flood the history).
+    pub sabotage: Option<Sabotage>,
+    /// The history may hold at most this many records.
+    pub max_records: usize,
+}
+
+/// A deliberate harness failure, at a simulated time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// A task of the store process panics.
+    Panic { at_ms: u64 },
+    /// A task spins forever without letting simulated time advance.
+    Livelock { at_ms: u64 },
+    /// A task floods the history with records.
+    Flood { at_ms: u64 },
 }
 
 /// Runs the world for one seed. Must be called inside a madsim runtime whose
@@ -58,7 +74,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let scenario = spec.scenario.clone();
     let handle = Handle::current();
     let origin = tokio::time::Instant::now();
-    let rec = Recorder::new(origin);
+    let rec = Recorder::new(origin, spec.max_records);
     let obs: Arc<dyn Observer> = Arc::new(rec.clone());
     let faults = Arc::new(Injector::new(spec.plan.clone(), rec.clone()));
     let control = Arc::new(Controller::new(handle.clone(), rec.clone()));
@@ -105,6 +121,10 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         })
         .build();
 
+    if let Some(sabotage) = spec.sabotage {
+        let rec = rec.clone();
+        store_node.spawn(async move { sabotage_at(sabotage, rec).await });
+    }
     drive_process_faults(&spec.plan, &faults, &control, scenario.phases.fault_phase_ms).await;
     rec.world(WorldEvent::Heal);
     faults.heal();
@@ -245,4 +265,18 @@ async fn run_client(scenario: Arc<Scenario>, seed: u64, obs: Arc<dyn Observer>) 
         });
     }
     std::future::pending::<()>().await;
+}
+
+async fn sabotage_at(sabotage: Sabotage, rec: Recorder) {
+    let (Sabotage::Panic { at_ms } | Sabotage::Livelock { at_ms } | Sabotage::Flood { at_ms }) = sabotage;
+    tokio::time::sleep(Duration::from_millis(at_ms)).await;
+    match sabotage {
+        Sabotage::Panic { .. } => panic!("sabotage: a store task panics at {at_ms} ms"),
+        Sabotage::Livelock { .. } => loop {
+            tokio::task::yield_now().await;
+        },
+        Sabotage::Flood { .. } => loop {
+            rec.world(WorldEvent::Fault { kind: "sabotage".into(), detail: "flood".into() });
+        },
+    }
 }
