@@ -262,7 +262,11 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
         if let Some(bar) = &bar {
             bar.set_position(p.done);
             let rate = p.done as f64 / started.elapsed().as_secs_f64().max(1e-3);
-            bar.set_message(format!("{rate:.0} seeds/s, {} failures", p.failures));
+            let left = match campaign.deadline {
+                Some(deadline) => format!(", {} s left", deadline.saturating_duration_since(Instant::now()).as_secs()),
+                None => String::new(),
+            };
+            bar.set_message(format!("{rate:.0} seeds/s, {} failures{left}", p.failures));
         }
     });
     if let Some(bar) = &bar {
