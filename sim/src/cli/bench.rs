@@ -33,10 +33,10 @@ pub struct BenchArgs {
     /// Find: only these defects (repeatable; default all).
     #[command(flatten)]
     pub defects: super::common::DefectArgs,
-    /// Jobs (default: one per core).
+    /// Jobs (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Print JSON lines instead of a table.
+    /// Print JSON lines instead of a table. Example: --json
     #[arg(long)]
     pub json: bool,
 }

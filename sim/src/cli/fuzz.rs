@@ -43,10 +43,13 @@ pub struct FuzzArgs {
     /// Seeds run at once (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Print one JSON summary object on stdout instead of text.
+    /// Print one JSON summary object on stdout instead of text (seeds,
+    /// failures, fault_counts, checks, events, sim_seconds, wall_seconds, ...).
+    /// Example: --json > summary.json
     #[arg(long)]
     pub json: bool,
     /// Where each seed's fault plan comes from: `swarm` (drawn from the seed) or `none`.
+    /// Example: --faults none
     #[arg(long, value_enum, default_value_t = FaultsArg::Swarm)]
     pub faults: FaultsArg,
     #[command(flatten)]

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 pub struct ReplayArgs {
     /// The corpus entry (TOML). Example: corpus/b-machines-fenced-completion-unfenced-completion-seed12.toml
     pub file: PathBuf,
-    /// Print the outcome as one JSON object instead of text.
+    /// Print the outcome as one JSON object instead of text. Example: --json
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub pictures: super::common::PictureArgs,
     /// Also write the whole event history, one JSON record per line, to FILE.
+    /// Example: --history run.jsonl
     #[arg(long, value_name = "FILE")]
     pub history: Option<PathBuf>,
 }

@@ -16,7 +16,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub seed: u64,
     /// Print one JSON object (scenario, seed, trace_hash, events, sim_seconds,
-    /// violations, tasks, ...) on stdout instead of the human summary.
+    /// violations, tasks, fault_plan, ...) on stdout instead of the human
+    /// summary. Example: --json | jq .trace_hash
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -27,6 +28,7 @@ pub struct RunArgs {
     pub history: Option<std::path::PathBuf>,
     /// Run the seed twice (and under madsim's draw-by-draw check) and report
     /// the first record where the runs differ, if any.
+    /// Example: cargo sim run --scenario swarm --seed 7 --check-determinism
     #[arg(long)]
     pub check_determinism: bool,
     /// Where the fault plan comes from: `swarm` draws it from the seed,
