@@ -305,6 +305,7 @@ fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBa
         ),
     };
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    bar.set_message("starting");
     Some(bar)
 }
 
