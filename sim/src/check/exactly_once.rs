@@ -32,9 +32,7 @@ fn once(seen: &mut BTreeMap<TaskId, (u64, Fence)>, now: u64, fence: &Fence, what
                     fence.task, fence.attempt, fence.owner, first.attempt, first.owner
                 ),
             )
-            .task(fence.task)
-            .attempt(fence.attempt)
-            .process(fence.owner),
+            .fence(fence),
         ),
     }
 }

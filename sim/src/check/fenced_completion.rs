@@ -47,9 +47,7 @@ impl FencedCompletion {
                     fence.task, fence.attempt, fence.owner
                 ),
             )
-            .task(fence.task)
-            .attempt(fence.attempt)
-            .process(fence.owner),
+            .fence(fence),
         );
         false
     }
@@ -77,9 +75,7 @@ impl Checker for FencedCompletion {
                                 fence.task, fence.attempt, fence.owner
                             ),
                         )
-                        .task(fence.task)
-                        .attempt(fence.attempt)
-                        .process(fence.owner),
+                        .fence(fence),
                     );
                 }
             }
@@ -104,9 +100,7 @@ impl Checker for FencedCompletion {
                                 fence.task, fence.attempt, fence.owner
                             ),
                         )
-                        .task(fence.task)
-                        .attempt(fence.attempt)
-                        .process(fence.owner),
+                        .fence(fence),
                     );
                 }
             }

@@ -71,6 +71,11 @@ impl Violation {
         self.process = Some(owner.to_string());
         self
     }
+
+    /// The task, attempt and process of one attempt's fence.
+    pub fn fence(self, fence: &leasesim::ids::Fence) -> Self {
+        self.task(fence.task).attempt(fence.attempt).process(fence.owner)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

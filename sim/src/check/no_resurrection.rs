@@ -25,7 +25,7 @@ fn state_name(t: &TaskView) -> &'static str {
 }
 
 fn on_fence(now: u64, fence: &Fence, message: String) -> Violation {
-    Violation::new(NAME, now, message).task(fence.task).attempt(fence.attempt).process(fence.owner)
+    Violation::new(NAME, now, message).fence(fence)
 }
 
 impl NoResurrection {

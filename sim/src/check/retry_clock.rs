@@ -37,9 +37,7 @@ impl Checker for RetryClock {
                                 fence.task, fence.attempt, fence.owner, t.retry_at_ms
                             ),
                         )
-                        .task(fence.task)
-                        .attempt(fence.attempt)
-                        .process(fence.owner),
+                        .fence(fence),
                     );
                 }
             }

@@ -44,9 +44,7 @@ impl Checker for SingleOwner {
                     fence.task, fence.attempt, fence.owner, t.attempt
                 ),
             )
-            .task(fence.task)
-            .attempt(fence.attempt)
-            .process(fence.owner),
+            .fence(fence),
         );
     }
 
