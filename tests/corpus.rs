@@ -18,13 +18,11 @@ fn check(path: &Path) -> Result<(), String> {
     let outcome = match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
         Ok(outcome) => outcome,
         Err(e) => {
-            let expected = matches!(
-                (&e, entry.expect.as_str()),
-                (runner::RunError::Panic(_), "panic")
-                    | (runner::RunError::Hang { .. }, "hang")
-                    | (runner::RunError::Limit(_), "resource-limit")
-            );
-            return if expected { Ok(()) } else { Err(format!("{}: {e}\n  replay: {replay}", path.display())) };
+            return if e.kind() == entry.expect {
+                Ok(())
+            } else {
+                Err(format!("{}: {e}\n  replay: {replay}", path.display()))
+            };
         }
     };
     entry.verify(&outcome).map_err(|e| format!("{}: {e}\n  replay: {replay}", path.display()))

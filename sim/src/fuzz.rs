@@ -223,11 +223,7 @@ pub fn failure_of(spec: &RunSpec, e: &RunError) -> Failure {
     Failure {
         scenario: spec.scenario.name.clone(),
         seed: spec.seed,
-        invariant: match e {
-            RunError::Panic(_) => "panic".into(),
-            RunError::Hang { .. } => "hang".into(),
-            RunError::Limit(_) => "resource-limit".into(),
-        },
+        invariant: e.kind().to_string(),
         message: e.to_string(),
         at_ms: None,
         replay: spec.replay_command(),

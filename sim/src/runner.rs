@@ -28,6 +28,17 @@ pub enum RunError {
     Limit(String),
 }
 
+impl RunError {
+    /// The failure kind's stable name, as fuzz summaries and corpus entries use it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunError::Panic(_) => "panic",
+            RunError::Hang { .. } => "hang",
+            RunError::Limit(_) => "resource-limit",
+        }
+    }
+}
+
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

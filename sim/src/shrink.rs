@@ -74,9 +74,7 @@ impl Shrinker {
             .with_defects(self.defects.clone());
         match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
             Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
-            Err(runner::RunError::Panic(_)) => self.invariant == "panic",
-            Err(runner::RunError::Hang { .. }) => self.invariant == "hang",
-            Err(runner::RunError::Limit(_)) => self.invariant == "resource-limit",
+            Err(e) => e.kind() == self.invariant,
         }
     }
 

@@ -48,12 +48,7 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
             outcome
         }
         Err(e) => {
-            let holds = matches!(
-                (&e, entry.expect.as_str()),
-                (runner::RunError::Panic(_), "panic")
-                    | (runner::RunError::Hang { .. }, "hang")
-                    | (runner::RunError::Limit(_), "resource-limit")
-            );
+            let holds = e.kind() == entry.expect;
             println!("seed {} did not finish: {e}", entry.seed);
             println!("{}", if holds { "expectation holds" } else { "EXPECTATION FAILED" });
             return Ok(if holds { 0 } else { 1 });
