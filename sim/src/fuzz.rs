@@ -192,40 +192,38 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
 }
 
 fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError>) {
-    match result {
-        Ok(o) => {
-            summary.events += o.events as u64;
-            summary.sim_seconds += o.sim_seconds;
-            for (k, n) in &o.fault_counts {
-                *summary.fault_counts.entry(k.clone()).or_default() += n;
-            }
-            for (k, n) in &o.checks {
-                *summary.checks.entry(k.clone()).or_default() += n;
-            }
-            // One failure per seed: the first violation names it.
-            if let Some(v) = o.violations.first() {
-                summary.failures.push(Failure {
-                    scenario: o.scenario.clone(),
-                    seed: o.seed,
-                    invariant: v.invariant.clone(),
-                    message: v.message.clone(),
-                    at_ms: Some(v.at_ms),
-                    replay: o.replay.clone(),
-                });
-            }
+    if let Ok(o) = result {
+        summary.events += o.events as u64;
+        summary.sim_seconds += o.sim_seconds;
+        for (k, n) in &o.fault_counts {
+            *summary.fault_counts.entry(k.clone()).or_default() += n;
         }
-        Err(e) => summary.failures.push(failure_of(spec, e)),
+        for (k, n) in &o.checks {
+            *summary.checks.entry(k.clone()).or_default() += n;
+        }
     }
+    summary.failures.extend(failure_of(spec, result));
 }
 
-/// A seed that did not finish is a failure of its own kind.
-pub fn failure_of(spec: &RunSpec, e: &RunError) -> Failure {
-    Failure {
-        scenario: spec.scenario.name.clone(),
-        seed: spec.seed,
-        invariant: e.kind().to_string(),
-        message: e.to_string(),
-        at_ms: None,
-        replay: spec.replay_command(),
+/// The failure a run is, if any: one per seed, named by its first violation,
+/// or by its kind when the seed did not finish.
+pub fn failure_of(spec: &RunSpec, result: &Result<Outcome, RunError>) -> Option<Failure> {
+    match result {
+        Ok(o) => o.violations.first().map(|v| Failure {
+            scenario: o.scenario.clone(),
+            seed: o.seed,
+            invariant: v.invariant.clone(),
+            message: v.message.clone(),
+            at_ms: Some(v.at_ms),
+            replay: o.replay.clone(),
+        }),
+        Err(e) => Some(Failure {
+            scenario: spec.scenario.name.clone(),
+            seed: spec.seed,
+            invariant: e.kind().to_string(),
+            message: e.to_string(),
+            at_ms: None,
+            replay: spec.replay_command(),
+        }),
     }
 }

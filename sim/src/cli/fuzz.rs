@@ -223,20 +223,8 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     let mut save_error = None;
     let started = Instant::now();
     let summary = fuzz::run(&campaign, &stop, |p| {
-        let (failure, scenario_arg) = match p.last {
-            Ok(o) => (
-                o.violations.first().map(|v| Failure {
-                    scenario: o.scenario.clone(),
-                    seed: o.seed,
-                    invariant: v.invariant.clone(),
-                    message: v.message.clone(),
-                    at_ms: Some(v.at_ms),
-                    replay: o.replay.clone(),
-                }),
-                p.spec.scenario_arg.clone(),
-            ),
-            Err(e) => (Some(fuzz::failure_of(p.spec, e)), p.spec.scenario_arg.clone()),
-        };
+        let failure = fuzz::failure_of(p.spec, p.last);
+        let scenario_arg = p.spec.scenario_arg.clone();
         if let Some(f) = &failure {
             let line =
                 format!("FAIL {} seed {}: [{}] {}  (replay: {})", f.scenario, f.seed, f.invariant, f.message, f.replay);
