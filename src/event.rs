@@ -136,6 +136,11 @@ pub enum Event {
     ExecutionStarted {
         fence: Fence,
     },
+    /// A claimed attempt was not started: its lease ran out before it could
+    /// (the claim answer came late), and the store did not renew it.
+    AttemptDropped {
+        fence: Fence,
+    },
     ExecutionFinished {
         fence: Fence,
         error: Option<TaskError>,
@@ -213,6 +218,7 @@ impl Event {
             Event::PermitAcquired { .. } => "permit-acquired",
             Event::PermitReleased { .. } => "permit-released",
             Event::ExecutionStarted { .. } => "execution-started",
+            Event::AttemptDropped { .. } => "attempt-dropped",
             Event::ExecutionFinished { .. } => "execution-finished",
             Event::FinalizeTimedOut { .. } => "finalize-timed-out",
             Event::CallbackPublished { .. } => "callback-published",

@@ -1,6 +1,7 @@
 //! The application's task bodies. The engine executes a claimed task by
 //! calling the handler while holding a permit; the handler's answer decides
-//! whether the attempt is completed or failed.
+//! whether the attempt is completed or failed. Once a completion is
+//! committed, the engine tells the application through the same handler.
 
 use crate::ids::Fence;
 use crate::task::TaskKind;
@@ -19,4 +20,11 @@ pub enum TaskError {
 pub trait TaskHandler: Send + Sync + 'static {
     /// Runs the body of one attempt. Preparation and execution both happen here.
     fn execute(&self, fence: Fence, kind: TaskKind) -> impl Future<Output = Result<(), TaskError>> + Send;
+
+    /// The completion callback: `fence`'s completion was committed. Called at
+    /// most once per task, by the attempt whose completion the store applied.
+    fn completed(&self, fence: Fence, kind: TaskKind) -> impl Future<Output = ()> + Send {
+        let _ = (fence, kind);
+        async {}
+    }
 }

@@ -53,12 +53,15 @@ pub enum Request {
         by: Owner,
     },
     /// Same-owner recovery: release the tasks leased to `owner` that it is not
-    /// running, if they were granted more than `older_than_ms` ago (a claim
-    /// answer older than that was dropped by its caller).
+    /// running, if they were granted more than `older_than_ms` before
+    /// `as_of_ms`, the owner's time when it listed what it runs (a claim
+    /// answer older than that was dropped by its caller). A request the store
+    /// applies late must not take a task granted after the list was made.
     ReleaseOrphans {
         owner: Owner,
         running: Vec<TaskId>,
         older_than_ms: u64,
+        as_of_ms: u64,
     },
     /// Reclaim expired leases of tasks outside any group.
     ReclaimExpired {

@@ -19,8 +19,9 @@
 //! - fail: retries + 1; Dead if fatal or retries > max_retries, else Ready
 //!   with retry_at = now + min(base * 2^(retries-1), cap);
 //! - release-dead: leased heartbeat-owned tasks whose owner is dead: a newer
-//!   incarnation of its process has heartbeated, or the owner has not
-//!   heartbeated within dead_after_ms (or never has);
+//!   incarnation of its process has heartbeated or claimed, or the owner has
+//!   shown no sign of life (a heartbeat, or its first claim if it never
+//!   heartbeated) within dead_after_ms (or never has);
 //! - reclaim-expired: leased ungrouped tasks with expiry <= now;
 //! - repair: Repair IS in the op mix, and the model includes the per-group
 //!   repair backoff exactly: each group with a leased task that has a lease
@@ -196,6 +197,10 @@ impl Model {
                 Response::Enqueued { task }
             }
             Request::Claim { owner, max, .. } => {
+                // A claim is a sign of life: the first one counts as a heartbeat.
+                self.last_heartbeat.entry(*owner).or_insert(now);
+                let newest = self.newest_incarnation.entry(owner.proc).or_insert(owner.incarnation);
+                *newest = (*newest).max(owner.incarnation);
                 let mut due: Vec<(u64, TaskId)> = self
                     .tasks
                     .iter()

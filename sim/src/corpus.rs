@@ -6,7 +6,7 @@
 //! optional pinned trace hash and a comment saying why it exists. Entries are
 //! written atomically and never overwritten.
 
-use crate::check::INVARIANTS;
+use crate::check::invariants;
 use crate::faults::{FaultEvent, FaultPlan};
 use crate::outcome::Outcome;
 use crate::runner::{PlanSource, RunSpec};
@@ -59,7 +59,7 @@ pub struct Entry {
 /// What can be expected of a run.
 pub fn expectations() -> Vec<&'static str> {
     let mut names = vec!["pass", "panic", "hang", "resource-limit"];
-    names.extend(INVARIANTS.iter().map(|(name, _)| *name));
+    names.extend(invariants().into_iter().map(|(name, _)| name));
     names
 }
 

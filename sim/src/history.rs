@@ -1,9 +1,11 @@
-//! The event history of one run: the engine's events and the world's own
-//! (process lifecycle, faults, phases), each stamped with simulated time.
+//! The event history of one run: the engine's events (testimony), the
+//! world's own (process lifecycle, faults, phases) and the harness's ground
+//! truth from its seams ([`Fact`]), each stamped with simulated time.
 //!
 //! The canonical history is the sequence of records in emission order; its
 //! hash is the run's trace hash. Same seed, same history, same hash.
 
+pub use crate::truth::Fact;
 use leasesim::event::{Event, Observer};
 use leasesim::ids::{Owner, ProcId};
 use serde::{Deserialize, Serialize};
@@ -37,6 +39,7 @@ pub enum WorldEvent {
 pub enum Entry {
     Engine(Event),
     World(WorldEvent),
+    Truth(Fact),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -75,6 +78,11 @@ impl Recorder {
 
     pub fn world(&self, event: WorldEvent) {
         self.push(Entry::World(event));
+    }
+
+    /// Records ground truth seen at one of the harness's seams.
+    pub fn fact(&self, fact: Fact) {
+        self.push(Entry::Truth(fact));
     }
 
     fn push(&self, entry: Entry) {

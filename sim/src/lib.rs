@@ -17,4 +17,5 @@ pub mod outcome;
 pub mod runner;
 pub mod scenario;
 pub mod shrink;
+pub mod truth;
 pub mod world;

@@ -82,6 +82,8 @@ pub struct RunSpec {
     /// How to replay an explicit plan (e.g. `cargo sim replay FILE`), if it
     /// cannot be given on a command line.
     pub replay_override: Option<String>,
+    /// A test's engine variant (fitness tests only; see `world::variant`).
+    pub variant: Option<world::VariantRef>,
 }
 
 impl RunSpec {
@@ -96,7 +98,13 @@ impl RunSpec {
             sabotage: None,
             max_records: crate::history::MAX_RECORDS,
             replay_override: None,
+            variant: None,
         }
+    }
+
+    pub fn with_variant(mut self, variant: std::sync::Arc<dyn world::Variant>) -> Self {
+        self.variant = Some(world::VariantRef(variant));
+        self
     }
 
     pub fn with_sabotage(mut self, sabotage: Option<world::Sabotage>) -> Self {
@@ -147,6 +155,7 @@ impl RunSpec {
             plan: self.fault_plan(),
             sabotage: self.sabotage,
             max_records: self.max_records,
+            variant: self.variant.clone(),
         }
     }
 }

@@ -171,6 +171,11 @@ pub struct Bounds {
     pub materialize_bound_ms: u64,
     /// After heal, every task is terminal within this.
     pub completion_bound_ms: u64,
+    /// An index build enqueued this long after the heal, or later, must answer
+    /// "materialized" to its query (issued `query_after_ms` after the enqueue,
+    /// waiting `query_lag_timeout_ms`). Unset: not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_index_after_heal_ms: Option<u64>,
 }
 
 /// Where a scenario came from, for error messages.

@@ -21,7 +21,7 @@ use crate::task::{Task, TaskKind, TaskSpec, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A pipeline stage row: linked to at most one task; done is absorbing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct StageRow {
     pub task: Option<TaskId>,
     pub done: bool,
@@ -40,7 +40,8 @@ pub struct Store {
     cfg: EngineConfig,
     next_task: TaskId,
     tasks: BTreeMap<TaskId, Task>,
-    /// Last heartbeat per process incarnation.
+    /// Last sign of life per process incarnation: its last heartbeat, or its
+    /// first claim if no heartbeat has arrived yet.
     heartbeats: BTreeMap<Owner, u64>,
     /// Newest incarnation seen per process: older ones are dead.
     incarnations: BTreeMap<ProcId, u32>,
@@ -71,12 +72,25 @@ impl Store {
         self.tasks.values()
     }
 
+    /// Tasks with ids from `first` on, in id order.
+    pub fn tasks_from(&self, first: TaskId) -> impl Iterator<Item = &Task> {
+        self.tasks.range(first..).map(|(_, t)| t)
+    }
+
     pub fn stage(&self, stage: StageRef) -> Option<&StageRow> {
         self.stages.get(&stage)
     }
 
+    pub fn stages(&self) -> impl Iterator<Item = (&StageRef, &StageRow)> {
+        self.stages.iter()
+    }
+
     pub fn is_materialized(&self, index: IndexId) -> bool {
         self.materialized.contains(&index)
+    }
+
+    pub fn materialized(&self) -> impl Iterator<Item = IndexId> + '_ {
+        self.materialized.iter().copied()
     }
 
     /// The earliest store time after `now_ms` at which a ready task becomes due.
@@ -99,7 +113,13 @@ impl Store {
                 obs.emit(Event::PipelineCreated { pipeline: *pipeline, stages: *stages });
                 Response::Ack
             }
-            Request::Claim { owner, max, .. } => self.claim(now_ms, *owner, *max, obs),
+            Request::Claim { owner, max, .. } => {
+                // A process that claims is alive: a newer incarnation supersedes
+                // the older ones, and a first claim counts as a sign of life.
+                self.observe_incarnation(*owner);
+                self.heartbeats.entry(*owner).or_insert(now_ms);
+                self.claim(now_ms, *owner, *max, obs)
+            }
             Request::Heartbeat { owner } => {
                 self.observe_incarnation(*owner);
                 self.heartbeats.insert(*owner, now_ms);
@@ -117,8 +137,8 @@ impl Store {
             Request::Fail { fence, error } => self.fail(now_ms, *fence, *error, obs),
             Request::ClearStageLink { fence } => self.clear_stage_link(now_ms, *fence, obs),
             Request::ReleaseDead { .. } => self.release_dead(now_ms, obs),
-            Request::ReleaseOrphans { owner, running, older_than_ms } => {
-                self.release_orphans(now_ms, *owner, running, *older_than_ms, obs)
+            Request::ReleaseOrphans { owner, running, older_than_ms, as_of_ms } => {
+                self.release_orphans(now_ms, *owner, running, (*older_than_ms, *as_of_ms), obs)
             }
             Request::ReclaimExpired { .. } => self.reclaim_expired(now_ms, obs),
             Request::Repair { .. } => self.repair_groups(now_ms, obs),
@@ -297,7 +317,8 @@ impl Store {
         *newest = (*newest).max(owner.incarnation);
     }
 
-    /// Is this process incarnation dead: superseded by a restart, or silent?
+    /// Is this process incarnation dead: superseded by a restart, or silent
+    /// for longer than `dead_after_ms` since its last sign of life?
     fn owner_dead(&self, owner: Owner, now_ms: u64) -> bool {
         let superseded = self.incarnations.get(&owner.proc).is_some_and(|&n| n > owner.incarnation);
         let silent = match self.heartbeats.get(&owner) {
@@ -324,21 +345,24 @@ impl Store {
     }
 
     /// Same-owner recovery: the owner says which tasks it still runs; every
-    /// other task leased to it long enough ago goes back to ready, and its next
-    /// claim is a new attempt that fences off whatever the old one still sends.
+    /// other task leased to it long enough before it made that list goes back
+    /// to ready, and its next claim is a new attempt that fences off whatever
+    /// the old one still sends. The list's time is the owner's clock, never
+    /// later than the store's.
     fn release_orphans(
         &mut self,
         now_ms: u64,
         owner: Owner,
         running: &[TaskId],
-        older_than_ms: u64,
+        (older_than_ms, as_of_ms): (u64, u64),
         obs: &dyn Observer,
     ) -> Response {
+        let listed_ms = as_of_ms.min(now_ms);
         let victims: Vec<TaskId> = self
             .tasks
             .values()
             .filter(|t| t.state == TaskState::Leased && t.owner == Some(owner))
-            .filter(|t| !running.contains(&t.id) && now_ms.saturating_sub(t.updated_ms) > older_than_ms)
+            .filter(|t| !running.contains(&t.id) && listed_ms.saturating_sub(t.updated_ms) > older_than_ms)
             .map(|t| t.id)
             .collect();
         for id in &victims {

@@ -657,7 +657,7 @@ fn release_dead_table() {
     // dead_after_ms is 60_000 by default.
     type Later = &'static [(u64, Owner)];
     #[rustfmt::skip]
-    let cases: [(&str, TaskKind, Owner, bool, Later, u64, bool); 14] = [
+    let cases: [(&str, TaskKind, Owner, bool, Later, u64, bool); 15] = [
         ("owner fresh", TaskKind::Job, A, true, &[], 0, false),
         ("silent exactly dead_after", TaskKind::Job, A, true, &[], 60_000, false),
         ("silent beyond dead_after", TaskKind::Job, A, true, &[], 60_001, true),
@@ -669,7 +669,8 @@ fn release_dead_table() {
         ("superseded stage owner", TaskKind::Stage, A, true, &[(1_000, A1)], 1_000, true),
         ("newer incarnation of another process", TaskKind::Job, A, true, &[(1_000, B4)], 1_000, false),
         ("late heartbeat of an older incarnation", TaskKind::Job, A1, true, &[(1_000, A)], 1_000, false),
-        ("owner never heartbeated", TaskKind::Job, A, false, &[], 0, true),
+        ("a first claim is a sign of life", TaskKind::Job, A, false, &[], 60_000, false),
+        ("silent since its first claim", TaskKind::Job, A, false, &[], 60_001, true),
         ("leased kind of a silent owner", TaskKind::IndexBuild, A, true, &[], 200_000, false),
         ("leased kind of a superseded owner", TaskKind::Activity, A, true, &[(1_000, A1)], 1_000, false),
     ];

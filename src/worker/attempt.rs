@@ -6,7 +6,7 @@ use crate::defects::Defect;
 use crate::event::Event;
 use crate::handler::{TaskError, TaskHandler};
 use crate::ids::Fence;
-use crate::proto::{Grant, PeerNote, Request, Response, Transport};
+use crate::proto::{Grant, PeerNote, Rejection, Request, Response, Transport};
 use crate::task::TaskKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,17 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
     ctx.running.lock().expect("running lock").insert((fence.task, fence.attempt));
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        let _renewer = grant.lease_expiry_ms.map(|expiry_ms| {
+        let Some(expiry_ms) = confirm_lease(&ctx, &grant).await else {
+            // The lease ran out before the attempt could start (a claim
+            // answer that came late): another attempt may hold it by now.
+            ctx.emit(Event::AttemptDropped { fence });
+            tracing::info!(%fence, "claimed attempt not started: its lease ran out first");
+            ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
+            ctx.emit(Event::PermitReleased { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
+            drop(permit);
+            return;
+        };
+        let _renewer = expiry_ms.map(|expiry_ms| {
             let ctx = ctx.clone();
             AbortOnDrop(tokio::spawn(async move { keep_renewed(ctx, grant.fence, grant.kind, expiry_ms).await }))
         });
@@ -65,6 +75,7 @@ async fn finalize<T: Transport, H: TaskHandler>(
     match result {
         Ok(()) => {
             if complete(ctx, fence, kind).await {
+                ctx.handler.completed(fence, kind).await;
                 ctx.emit(Event::CallbackPublished { fence });
                 tracing::info!(%fence, "completed; callback published");
             } else {
@@ -112,6 +123,36 @@ fn spawn_note<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fence, 
     });
 }
 
+/// The lease an attempt may start under: the grant's, or (when the claim
+/// answer came so late that the lease is already within its renewal margin
+/// by this process's clock) a fresh one the store confirms by a renewal.
+/// `None`: the lease is gone, the attempt must not start. `Some(None)`: the
+/// task is owned by heartbeat and has no lease to lose.
+async fn confirm_lease<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: &Grant) -> Option<Option<u64>> {
+    let Some(expiry_ms) = grant.lease_expiry_ms else {
+        return Some(None);
+    };
+    let margin_ms = renew_margin_ms(ctx, grant.kind);
+    if ctx.clock.now_ms() + margin_ms < expiry_ms {
+        return Some(Some(expiry_ms));
+    }
+    match ctx.call_within(Request::Renew { fence: grant.fence }, renew_deadline_ms(ctx, margin_ms)).await {
+        Some(Response::Renewed { lease_expiry_ms }) => Some(Some(lease_expiry_ms)),
+        _ => None,
+    }
+}
+
+/// How long before its expiry a lease of this kind is renewed.
+fn renew_margin_ms<T: Transport, H: TaskHandler>(ctx: &Ctx<T, H>, kind: TaskKind) -> u64 {
+    ctx.cfg.lease_ttl.for_kind(kind).map_or(0, |ttl| ttl / ctx.cfg.renew_divisor)
+}
+
+/// A renewal call gives up early enough to try again before the lease runs
+/// out: a third of the renewal margin, at most one RPC deadline.
+fn renew_deadline_ms<T: Transport, H: TaskHandler>(ctx: &Ctx<T, H>, margin_ms: u64) -> u64 {
+    (margin_ms / 3).clamp(1, ctx.cfg.rpc_timeout_ms)
+}
+
 /// Renews the lease whenever its remaining time drops to TTL / renew_divisor.
 /// Stops when the store rejects a renewal: the lease is gone.
 async fn keep_renewed<T: Transport, H: TaskHandler>(
@@ -120,14 +161,19 @@ async fn keep_renewed<T: Transport, H: TaskHandler>(
     kind: TaskKind,
     mut expiry_ms: u64,
 ) {
-    let Some(ttl_ms) = ctx.cfg.lease_ttl.for_kind(kind) else {
+    if ctx.cfg.lease_ttl.for_kind(kind).is_none() {
         return;
-    };
-    let margin_ms = ttl_ms / ctx.cfg.renew_divisor;
+    }
+    let margin_ms = renew_margin_ms(&ctx, kind);
+    let deadline_ms = renew_deadline_ms(&ctx, margin_ms);
     loop {
         ctx.sleep_until_local(expiry_ms.saturating_sub(margin_ms)).await;
-        match ctx.call(Request::Renew { fence }).await {
+        match ctx.call_within(Request::Renew { fence }, deadline_ms).await {
             Some(Response::Renewed { lease_expiry_ms }) => expiry_ms = lease_expiry_ms,
+            // A transaction that timed out or conflicted is worth another try.
+            Some(Response::Rejected { reason: Rejection::Conflict }) => {
+                tokio::time::sleep(Duration::from_millis((margin_ms / 4).max(1))).await
+            }
             Some(Response::Rejected { .. }) => return,
             // No answer: try again soon, before the lease runs out.
             _ => tokio::time::sleep(Duration::from_millis((margin_ms / 4).max(1))).await,

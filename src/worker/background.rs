@@ -27,7 +27,8 @@ pub(super) fn spawn_all<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>) -> V
             // task granted before that and not running here is an orphan.
             let running: Vec<_> = ctx.running.lock().expect("running lock").iter().map(|(task, _)| *task).collect();
             let older_than_ms = ctx.cfg.long_poll_ms + ctx.cfg.rpc_timeout_ms;
-            ctx.call(Request::ReleaseOrphans { owner, running, older_than_ms }).await;
+            let as_of_ms = ctx.clock.now_ms();
+            ctx.call(Request::ReleaseOrphans { owner, running, older_than_ms, as_of_ms }).await;
         }),
         periodic(ctx, cfg.repair_interval_ms, cfg.repair_interval_ms, move |ctx| async move {
             ctx.call(Request::Repair { by: owner }).await;

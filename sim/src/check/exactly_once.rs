@@ -1,39 +1,93 @@
-//! exactly-once-completion: at most one committed success per task, and its
-//! callback is published once.
+//! exactly-once-completion: a task is completed at most once, and the
+//! application receives its completion callback at most once, from the
+//! attempt whose completion the store committed, on that attempt's process.
+//!
+//! Completions are judged at the store seam (the commit that made the task
+//! done, and the request that did it); callbacks at the task-body seam,
+//! where the application receives them.
 
-use super::{Checker, Ctx, Violation};
-use crate::history::{Entry, Record};
-use leasesim::event::{Event, WriteKind};
+use super::{answer, commit, fact, Checker, Ctx, Violation};
+use crate::history::Record;
+use crate::truth::Fact;
 use leasesim::ids::{Fence, TaskId};
+use leasesim::proto::Request;
+use leasesim::task::TaskState;
 use std::collections::BTreeMap;
 
 pub const NAME: &str = "exactly-once-completion";
 
 #[derive(Default)]
 pub struct ExactlyOnce {
-    /// First applied completion per task: (time, fence).
-    completions: BTreeMap<TaskId, (u64, Fence)>,
-    /// First published callback per task: (time, fence).
+    /// Per task: when it was done, and the completion that did it.
+    done: BTreeMap<TaskId, (u64, Option<Fence>)>,
+    /// Per task: the first callback (time, attempt).
     callbacks: BTreeMap<TaskId, (u64, Fence)>,
     evaluations: u64,
 }
 
-fn once(seen: &mut BTreeMap<TaskId, (u64, Fence)>, now: u64, fence: &Fence, what: &str, out: &mut Vec<Violation>) {
-    match seen.get(&fence.task) {
-        None => {
-            seen.insert(fence.task, (now, *fence));
+impl ExactlyOnce {
+    fn judge_done(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Some(commit) = commit(rec) else { return };
+        let completion = answer(rec, ctx).and_then(|a| match a.request.request {
+            Request::Complete { fence } => Some(fence),
+            _ => None,
+        });
+        for change in &commit.tasks {
+            let after = &change.after;
+            if after.state != TaskState::Done || change.before.as_ref().is_some_and(|b| b.state == TaskState::Done) {
+                continue;
+            }
+            self.evaluations += 1;
+            let by = completion.filter(|f| f.task == after.id);
+            if let Some((first_ms, _)) = self.done.get(&after.id) {
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!("t{}: done again at {now} ms (first at {first_ms} ms)", after.id),
+                    )
+                    .task(after.id),
+                );
+                continue;
+            }
+            self.done.insert(after.id, (now, by));
         }
-        Some((first_ms, first)) => out.push(
-            Violation::new(
-                NAME,
-                now,
-                format!(
-                    "t{}: second {what} at {now} ms by attempt {} ({}); the first was by attempt {} ({}) at {first_ms} ms",
-                    fence.task, fence.attempt, fence.owner, first.attempt, first.owner
-                ),
-            )
-            .fence(fence),
-        ),
+    }
+
+    fn judge_callback(&mut self, now: u64, rec: &Record, out: &mut Vec<Violation>) {
+        let Some(Fact::Callback { fence, on }) = fact(rec) else { return };
+        self.evaluations += 1;
+        let task = fence.task;
+        let problem = if let Some((first_ms, first)) = self.callbacks.get(&task) {
+            Some(format!(
+                "second callback at {now} ms (attempt {}); the first was at {first_ms} ms for attempt {} ({})",
+                fence.attempt, first.attempt, first.owner
+            ))
+        } else {
+            match self.done.get(&task) {
+                Some((_, Some(by))) if by == fence && *on == fence.owner => None,
+                Some((_, Some(by))) if by == fence => {
+                    Some(format!("callback of attempt {} delivered on {on}", fence.attempt))
+                }
+                Some((done_ms, by)) => Some(format!(
+                    "callback at {now} ms for attempt {} ({}), but the task was completed at {done_ms} ms by {}",
+                    fence.attempt,
+                    fence.owner,
+                    by.map_or_else(
+                        || "no completion write".to_string(),
+                        |f| format!("attempt {} ({})", f.attempt, f.owner)
+                    )
+                )),
+                None => Some(format!(
+                    "callback at {now} ms for attempt {} ({}), but no completion was committed",
+                    fence.attempt, fence.owner
+                )),
+            }
+        };
+        self.callbacks.entry(task).or_insert((now, *fence));
+        if let Some(problem) = problem {
+            out.push(Violation::new(NAME, now, format!("t{task}: {problem}")).fence(fence));
+        }
     }
 }
 
@@ -42,23 +96,13 @@ impl Checker for ExactlyOnce {
         NAME
     }
 
-    fn on_record(&mut self, rec: &Record, _ctx: &Ctx, out: &mut Vec<Violation>) {
-        let now = rec.at_ms;
-        match &rec.entry {
-            Entry::Engine(Event::WriteApplied { fence, write: WriteKind::Complete, .. }) => {
-                self.evaluations += 1;
-                once(&mut self.completions, now, fence, "completion applied", out);
-            }
-            Entry::Engine(Event::CallbackPublished { fence }) => {
-                self.evaluations += 1;
-                once(&mut self.callbacks, now, fence, "callback published", out);
-            }
-            _ => {}
-        }
+    fn about(&self) -> &'static str {
+        "store and body seams: a task is completed once, and the application gets one callback, from the attempt whose completion committed"
     }
 
-    fn finish(&mut self, _end_ms: u64, _ctx: &Ctx, _out: &mut Vec<Violation>) {
-        self.evaluations += 1;
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.judge_done(rec.at_ms, rec, ctx, out);
+        self.judge_callback(rec.at_ms, rec, out);
     }
 
     fn evaluations(&self) -> u64 {
@@ -69,28 +113,32 @@ impl Checker for ExactlyOnce {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::check::testkit::{cases, o, Pass, Violates, H};
+    use crate::check::testkit::{cases, o, H, PASS};
     use leasesim::task::TaskKind;
 
     cases! {
         one_completion_one_callback_passes:
-            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
                 .attempt_ok(10, 1, 1, o(1, 1))
                 .attempt_ok(200, 2, 1, o(1, 1))
                 .build()
-            => Pass;
-        second_completion_applied:
-            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), Some(5_000))
-                .at(50).completed(1, 1, o(1, 1))
-                .at(60).completed(1, 2, o(2, 1))
-                .build()
-            => Violates(NAME, Some(1));
+            => PASS;
         callback_published_twice:
-            H::new().up(o(1, 1)).created(5, TaskKind::Job)
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(5, TaskKind::Job)
                 .attempt_ok(10, 5, 1, o(1, 1))
                 .at(200).callback(5, 1, o(1, 1))
                 .build()
-            => Violates(NAME, Some(5));
+            => &[(NAME, Some(5))];
+        callback_for_a_rejected_completion:
+            // p1's attempt 1 lost the task; its completion was refused, yet
+            // the application gets a callback from it.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(3, TaskKind::WorkflowTask)
+                .at(10).grant(3, 1, o(1, 1)).permit(o(1, 1), 3, 1).started(3, 1, o(1, 1))
+                .at(100).paused(1)
+                .at(3_100).released(3, 1, o(2, 1))
+                .attempt_ok(3_200, 3, 2, o(2, 1))
+                .at(3_500).resumed(1).finished(3, 1, o(1, 1), true).callback(3, 1, o(1, 1)).unpermit(o(1, 1), 3, 1)
+                .build()
+            => &[(NAME, Some(3))];
     }
 }

@@ -1,10 +1,13 @@
 //! Invariant checkers.
 //!
 //! Each checker judges the history on its own, one record at a time, against
-//! a view of the world rebuilt from the history alone ([`view::View`]). No
-//! checker calls into the engine's logic (store, workers, config helpers):
-//! they read engine *types* and the scenario's plain values, so they can
-//! disagree with the engine.
+//! the checkers' own model of the world ([`view::View`]), which is rebuilt
+//! from ground truth alone: what the harness saw at the seams it owns
+//! ([`crate::truth::Fact`]). The engine's own events are testimony; the
+//! checkers that read them cross-check them against ground truth. No checker
+//! calls into the engine's logic (store, workers, config helpers): they read
+//! engine *types* and the scenario's plain values, and re-derive every
+//! promise themselves ([`promise`]), so they can disagree with the engine.
 //!
 //! [`check`] feeds every record, in history order, to every checker (the view
 //! still shows the world just before that record), then applies the record
@@ -12,27 +15,44 @@
 //! Only the first violation per (invariant, task) is kept.
 
 mod claim_progress;
+mod concurrency;
+mod enqueue_once;
 mod eventual_completion;
 mod exactly_once;
+mod execution;
 mod fenced_completion;
+mod keepalive;
 mod lease_recovery;
+mod lease_revocation;
+mod lease_terms;
 mod materialization;
 mod no_resurrection;
+mod outcome_truth;
 mod permit_leak;
+pub mod promise;
+mod query_truth;
+mod reconciliation;
+mod retry_budget;
 mod retry_clock;
 mod single_flight;
 mod single_owner;
+mod stage_order;
+mod store_reply;
+mod testimony;
 pub mod view;
 
 #[cfg(test)]
 mod testkit;
 
-use crate::history::Record;
+use crate::history::{Entry, Record};
 use crate::scenario::Scenario;
-use leasesim::ids::{Owner, TaskId};
+use crate::truth::{Commit, Fact, Reply, TaskChange};
+use leasesim::ids::{Fence, Owner, TaskId};
+use leasesim::proto::Response;
+use leasesim::task::TaskState;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use view::View;
+use view::{RequestView, View};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
@@ -73,7 +93,7 @@ impl Violation {
     }
 
     /// The task, attempt and process of one attempt's fence.
-    pub fn fence(self, fence: &leasesim::ids::Fence) -> Self {
+    pub fn fence(self, fence: &Fence) -> Self {
         self.task(fence.task).attempt(fence.attempt).process(fence.owner)
     }
 }
@@ -93,67 +113,56 @@ pub struct Ctx<'a> {
 }
 
 pub trait Checker {
-    /// The invariant's stable kebab-case name (one of [`INVARIANTS`]).
+    /// The invariant's stable kebab-case name.
     fn name(&self) -> &'static str;
+    /// One line: what the invariant judges, and from which seam.
+    fn about(&self) -> &'static str;
     /// Judges one record; time has advanced to `rec.at_ms`.
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>);
     /// The last look, at `end_ms`, once every record has been applied.
-    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>);
-    /// How many times the checker evaluated its predicate.
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let _ = (end_ms, ctx, out);
+    }
+    /// How many times the checker evaluated its predicate on something real.
     fn evaluations(&self) -> u64;
 }
 
-/// Every invariant: stable name and one-line description (`cargo sim list`).
-pub const INVARIANTS: &[(&str, &str)] = &[
-    (
-        permit_leak::NAME,
-        "permits in use never exceed concurrency; a permit is released within the finalize deadline + slack after execution ends",
-    ),
-    (
-        fenced_completion::NAME,
-        "a write or renewal changes a task only for its current attempt and owner; callbacks follow that attempt's own completion",
-    ),
-    (single_owner::NAME, "a task is never granted while another attempt holds an unexpired lease on it"),
-    (exactly_once::NAME, "at most one committed completion and one published callback per task"),
-    (
-        retry_clock::NAME,
-        "a task is not claimed before its committed retry-at, and peers plan its claim no later than retry-at + idle poll",
-    ),
-    (
-        no_resurrection::NAME,
-        "no task is created or claimed for a done stage; done and dead tasks never change again",
-    ),
-    (single_flight::NAME, "two maintenance passes of one kind never overlap on one process"),
-    (
-        claim_progress::NAME,
-        "after heal, a due task is claimed within the claim bound while some live worker has a free permit",
-    ),
-    (lease_recovery::NAME, "after heal, an expired lease is reclaimed within the recovery bound"),
-    (
-        materialization::NAME,
-        "every index build enqueued before heal materializes within the bound after heal; no stale 'not materialized' answers",
-    ),
-    (
-        eventual_completion::NAME,
-        "every task is terminal within the completion bound after heal; no orphan stage tasks remain",
-    ),
-];
-
-/// A fresh instance of every checker, in [`INVARIANTS`] order.
+/// A fresh instance of every checker, in listing order.
 pub fn checkers() -> Vec<Box<dyn Checker>> {
     vec![
-        Box::new(permit_leak::PermitLeak::default()),
+        // safety, judged at the store seam
         Box::new(fenced_completion::FencedCompletion::default()),
         Box::new(single_owner::SingleOwner::default()),
-        Box::new(exactly_once::ExactlyOnce::default()),
+        Box::new(lease_revocation::LeaseRevocation::default()),
+        Box::new(lease_terms::LeaseTerms::default()),
         Box::new(retry_clock::RetryClock::default()),
+        Box::new(retry_budget::RetryBudget::default()),
         Box::new(no_resurrection::NoResurrection::default()),
+        Box::new(stage_order::StageOrder::default()),
+        Box::new(exactly_once::ExactlyOnce::default()),
+        Box::new(enqueue_once::EnqueueOnce::default()),
+        Box::new(store_reply::StoreReply::default()),
+        Box::new(query_truth::QueryTruth::default()),
         Box::new(single_flight::SingleFlight::default()),
+        Box::new(reconciliation::Reconciliation::default()),
+        // safety, judged at the task-body seam and from testimony
+        Box::new(execution::ExecutionExclusive::default()),
+        Box::new(concurrency::ConcurrencyBound::default()),
+        Box::new(outcome_truth::OutcomeTruth::default()),
+        Box::new(keepalive::Keepalive::default()),
+        Box::new(permit_leak::PermitLeak::default()),
+        Box::new(testimony::Testimony::default()),
+        // liveness, after the heal
         Box::new(claim_progress::ClaimProgress::default()),
         Box::new(lease_recovery::LeaseRecovery::default()),
         Box::new(materialization::Materialization::default()),
         Box::new(eventual_completion::EventualCompletion::default()),
     ]
+}
+
+/// Every invariant: stable name and one-line description (`cargo sim list`).
+pub fn invariants() -> Vec<(&'static str, &'static str)> {
+    checkers().iter().map(|c| (c.name(), c.about())).collect()
 }
 
 /// Keeps the first violation per (invariant, task), in history order.
@@ -175,7 +184,7 @@ impl Sink {
 
 /// Runs every checker over `history` (in order) and collects what they found.
 pub fn check(scenario: &Scenario, history: &[Record]) -> Report {
-    let mut ctx = Ctx { scenario, view: View::new(scenario.engine.concurrency) };
+    let mut ctx = Ctx { scenario, view: View::new(scenario) };
     let mut checkers = checkers();
     let mut sink = Sink::default();
     let mut found = Vec::new();
@@ -196,63 +205,65 @@ pub fn check(scenario: &Scenario, history: &[Record]) -> Report {
     Report { violations: sink.kept, checks }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::testkit::{o, scenario, H};
-    use super::{check, checkers, INVARIANTS};
-    use leasesim::task::TaskKind;
+// ---------------------------------------------------------------------------
+// Reading ground truth
+// ---------------------------------------------------------------------------
 
-    #[test]
-    fn invariants_list_names_every_checker_in_order() {
-        let names: Vec<&str> = checkers().iter().map(|c| c.name()).collect();
-        let listed: Vec<&str> = INVARIANTS.iter().map(|(name, _)| *name).collect();
-        assert_eq!(names, listed);
-    }
+/// One answered request as a checker sees it: the request (from the view,
+/// before the answer is applied), the store's answer and its commit.
+pub struct Answer<'a> {
+    pub req: u64,
+    pub request: &'a RequestView,
+    pub response: &'a Response,
+    pub commit: &'a Commit,
+    pub reply: Reply,
+}
 
-    #[test]
-    fn only_the_first_violation_per_invariant_and_task_is_kept() {
-        // Two stale completions of t1, then one of t2: one violation per task.
-        let history = H::new()
-            .up(o(1, 1))
-            .up(o(2, 1))
-            .created(1, TaskKind::Job)
-            .created(2, TaskKind::Job)
-            .at(5)
-            .granted(1, 1, o(1, 1), None)
-            .granted(2, 1, o(1, 1), None)
-            .released(1, 1, o(1, 1))
-            .released(2, 1, o(1, 1))
-            .at(10)
-            .granted(1, 2, o(2, 1), None)
-            .granted(2, 2, o(2, 1), None)
-            .at(20)
-            .completed(1, 1, o(1, 1))
-            .at(30)
-            .completed(1, 1, o(1, 1))
-            .at(40)
-            .completed(2, 1, o(1, 1))
-            .build();
-        let report = check(&scenario(), &history);
-        let fenced: Vec<(Option<u64>, u64)> = report
-            .violations
-            .iter()
-            .filter(|v| v.invariant == "fenced-completion")
-            .map(|v| (v.task, v.at_ms))
-            .collect();
-        assert_eq!(fenced, vec![(Some(1), 20), (Some(2), 40)]);
-        let first = &report.violations[0];
-        assert_eq!(first.attempt, Some(1));
-        assert_eq!(first.process.as_deref(), Some("p1.1"));
-        assert_eq!(
-            first.message,
-            "t1: complete by attempt 1 (p1.1) applied at 20 ms while attempt 2 (p2.1) holds the task"
-        );
-    }
+/// The answer this record is, if it is one (and its request is known).
+pub fn answer<'a>(rec: &'a Record, ctx: &'a Ctx) -> Option<Answer<'a>> {
+    let Entry::Truth(Fact::Answered { req, response, commit, reply }) = &rec.entry else {
+        return None;
+    };
+    let request = ctx.view.request(*req)?;
+    Some(Answer { req: *req, request, response, commit, reply: *reply })
+}
 
-    #[test]
-    fn an_empty_history_passes() {
-        let report = check(&scenario(), &[]);
-        assert!(report.violations.is_empty());
-        assert_eq!(report.checks.len(), INVARIANTS.len());
+/// The fact this record is, if it is one.
+pub fn fact(rec: &Record) -> Option<&Fact> {
+    match &rec.entry {
+        Entry::Truth(f) => Some(f),
+        _ => None,
     }
+}
+
+/// The commit this record carries: an answer's, or a drift's.
+pub fn commit(rec: &Record) -> Option<&Commit> {
+    match &rec.entry {
+        Entry::Truth(Fact::Answered { commit, .. } | Fact::Drift { commit }) => Some(commit),
+        _ => None,
+    }
+}
+
+/// The attempt a change granted: the task is leased afterwards, to an
+/// attempt that did not hold it before.
+pub fn granted(change: &TaskChange) -> Option<Fence> {
+    let a = &change.after;
+    if a.state != TaskState::Leased {
+        return None;
+    }
+    let fence = Fence { task: a.id, attempt: a.attempt, owner: a.owner? };
+    match &change.before {
+        Some(b) if view::held_by(b, &fence) => None,
+        _ => Some(fence),
+    }
+}
+
+/// The attempt that held the task before a change and no longer does.
+pub fn lost_holder(change: &TaskChange) -> Option<Fence> {
+    let b = change.before.as_ref()?;
+    if b.state != TaskState::Leased {
+        return None;
+    }
+    let fence = Fence { task: b.id, attempt: b.attempt, owner: b.owner? };
+    (!view::held_by(&change.after, &fence)).then_some(fence)
 }

@@ -1,9 +1,15 @@
-//! no-permit-leak: permits in use never exceed the configured concurrency, and
-//! an attempt's permit comes back within the finalization deadline (plus
-//! slack) after its execution finished.
+//! no-permit-leak: what a worker says of its permits (testimony) holds up.
+//! Permits in use never exceed the configured concurrency; an attempt's
+//! permit comes back within the finalization deadline (plus slack) after its
+//! body returned; a permit is never given back while its body still runs,
+//! and no body runs without one.
+//!
+//! The permits are the engine's testimony (`PermitAcquired` /
+//! `PermitReleased`); the body's start and end come from the task-body seam.
 
-use super::{Checker, Ctx, Violation};
+use super::{fact, Checker, Ctx, Violation};
 use crate::history::{Entry, Record, WorldEvent};
+use crate::truth::Fact;
 use leasesim::event::Event;
 use leasesim::ids::{Owner, TaskId};
 use std::collections::BTreeMap;
@@ -12,7 +18,7 @@ pub const NAME: &str = "no-permit-leak";
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Held {
-    /// When the attempt's execution finished (the release clock starts).
+    /// When the attempt's body returned (the release clock starts).
     finished_ms: Option<u64>,
     /// Already judged (reported or exempted).
     judged: bool,
@@ -36,10 +42,10 @@ impl PermitLeak {
                 continue;
             }
             let deadline = finished + allowed;
-            self.evaluations += 1;
             if now <= deadline {
                 continue;
             }
+            self.evaluations += 1;
             held.judged = true;
             if ctx.view.killed(owner).is_some_and(|k| k <= deadline) {
                 continue;
@@ -53,7 +59,7 @@ impl PermitLeak {
                     now,
                     format!(
                         "t{task}: permit of attempt {attempt} ({owner}) still held at {now} ms, \
-                         {} ms after its execution finished at {finished} ms (allowed {allowed} ms)",
+                         {} ms after its body returned at {finished} ms (allowed {allowed} ms)",
                         now - finished
                     ),
                 )
@@ -63,11 +69,19 @@ impl PermitLeak {
             );
         }
     }
+
+    fn held_now(&self, owner: Owner) -> u32 {
+        self.held.keys().filter(|(o, _, _)| *o == owner).count() as u32
+    }
 }
 
 impl Checker for PermitLeak {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "worker testimony, cross-checked at the body seam: permits never exceed concurrency, come back within the finalize deadline + slack after the body returns, and are held while it runs"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -78,7 +92,7 @@ impl Checker for PermitLeak {
             Entry::Engine(Event::PermitAcquired { owner, task, attempt }) => {
                 self.evaluations += 1;
                 let concurrency = ctx.scenario.engine.concurrency;
-                let in_use = ctx.view.permits(*owner) + 1;
+                let in_use = self.held_now(*owner) + 1;
                 if in_use > concurrency {
                     out.push(
                         Violation::new(
@@ -96,12 +110,23 @@ impl Checker for PermitLeak {
                 }
                 self.held.insert((*owner, *task, *attempt), Held::default());
             }
-            Entry::Engine(Event::ExecutionFinished { fence, .. }) => {
-                if let Some(held) = self.held.get_mut(&(fence.owner, fence.task, fence.attempt)) {
-                    held.finished_ms.get_or_insert(now);
-                }
-            }
             Entry::Engine(Event::PermitReleased { owner, task, attempt }) => {
+                self.evaluations += 1;
+                let fence = leasesim::ids::Fence { task: *task, attempt: *attempt, owner: *owner };
+                if let Some(body) = ctx.view.bodies.get(&fence).filter(|b| b.ended_ms.is_none()) {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{task}: {owner} says it released the permit of attempt {attempt} at {now} ms, \
+                                 but that body still runs (since {} ms)",
+                                body.started_ms
+                            ),
+                        )
+                        .fence(&fence),
+                    );
+                }
                 self.held.remove(&(*owner, *task, *attempt));
             }
             Entry::World(WorldEvent::ProcessKilled { owner }) => {
@@ -110,12 +135,35 @@ impl Checker for PermitLeak {
             }
             _ => {}
         }
+        match fact(rec) {
+            Some(Fact::BodyEnded { fence, .. }) => {
+                if let Some(held) = self.held.get_mut(&(fence.owner, fence.task, fence.attempt)) {
+                    held.finished_ms.get_or_insert(now);
+                }
+            }
+            Some(Fact::BodyStarted { fence, on, .. }) => {
+                self.evaluations += 1;
+                if !self.held.contains_key(&(*on, fence.task, fence.attempt)) {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{}: the body of attempt {} started on {on} at {now} ms without a permit held for it",
+                                fence.task, fence.attempt
+                            ),
+                        )
+                        .fence(fence),
+                    );
+                }
+            }
+            _ => {}
+        }
     }
 
     fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         // Killed owners' permits were dropped at the kill: what is left is held
         // by live owners.
-        self.evaluations += 1;
         self.deadlines(end_ms, ctx, out);
     }
 
@@ -127,53 +175,65 @@ impl Checker for PermitLeak {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::check::testkit::{cases, o, Pass, Violates, H};
+    use crate::check::testkit::{cases, o, H, PASS};
     use leasesim::task::TaskKind;
+
+    /// t1 granted to p1.1 at 10 ms with its permit; its body runs 10..100 ms.
+    fn held() -> H {
+        H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .granted(1, 1, o(1, 1), None)
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+    }
 
     cases! {
         permit_released_in_time_passes:
-            H::new().up(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1)
-                .at(100).finished(1, 1, o(1, 1), false)
-                // deadline 1000 + slack 500 after 100 ms: 1600 ms
-                .at(1_600).unpermit(o(1, 1), 1, 1)
+            // deadline 1000 + slack 500 after 100 ms: 1600 ms
+            held().at(1_600).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(5_000).end().build()
-            => Pass;
+            => PASS;
         permit_released_late_is_a_leak:
-            H::new().up(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1)
-                .at(100).finished(1, 1, o(1, 1), false)
-                .at(1_601).unpermit(o(1, 1), 1, 1)
-                .build()
-            => Violates(NAME, Some(1));
+            held().at(1_601).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
         permit_never_released_is_a_leak_at_end:
-            H::new().up(o(1, 1)).created(2, TaskKind::Job)
-                .at(10).granted(2, 1, o(1, 1), None).permit(o(1, 1), 2, 1)
-                .at(100).finished(2, 1, o(1, 1), true)
-                .at(9_000).end().build()
-            => Violates(NAME, Some(2));
+            held().at(9_000).end().build()
+            => &[(NAME, Some(1))];
         permits_beyond_concurrency_leak:
             H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job).created(3, TaskKind::Job)
                 .at(10).permit(o(1, 1), 1, 1).permit(o(1, 1), 2, 1).permit(o(1, 1), 3, 1)
                 .build()
-            => Violates(NAME, Some(3));
+            => &[(NAME, Some(3))];
+        permit_given_back_while_the_body_runs:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(50).unpermit(o(1, 1), 1, 1)
+                .at(100).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
+        body_without_a_permit:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
         killed_owner_permit_is_not_a_leak:
-            H::new().up(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1)
-                .at(100).finished(1, 1, o(1, 1), true)
-                .at(500).killed(o(1, 1))
-                .at(2_000).up(o(1, 2)).released(1, 1, o(1, 1)).granted(1, 2, o(1, 2), None).permit(o(1, 2), 1, 2)
-                .completed(1, 2, o(1, 2)).unpermit(o(1, 2), 1, 2)
+            held().at(500).killed(o(1, 1))
+                .at(2_000).up(o(1, 2)).orphaned(1, o(1, 1), vec![])
+                .granted(1, 2, o(1, 2), None).permit(o(1, 2), 1, 2).started(1, 2, o(1, 2))
+                .at(2_100).finished(1, 2, o(1, 2), true).completed(1, 2, o(1, 2)).callback(1, 2, o(1, 2)).unpermit(o(1, 2), 1, 2)
                 .at(9_000).end().build()
-            => Pass;
+            => PASS;
         paused_owner_is_exempt:
-            H::new().up(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1)
-                .at(100).finished(1, 1, o(1, 1), true)
-                .at(200).paused(1)
+            held().at(200).paused(1)
                 .at(8_000).resumed(1)
-                .completed(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(9_000).end().build()
-            => Pass;
+            => PASS;
     }
 }

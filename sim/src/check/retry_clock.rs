@@ -1,17 +1,111 @@
-//! retry-clock: a task is not claimed before its committed retry-at, and a
-//! peer that hears the task is ready again plans its claim no later than the
-//! committed retry-at plus one idle poll (it keeps the committed time instead
-//! of restarting the backoff from receipt).
+//! retry-clock: a failed task is not granted again before its failure's
+//! commit time plus the policy's backoff (`retry_base_ms * 2^(n-1)`, capped
+//! at `retry_cap_ms`), nor a scheduled task before its `not_before_ms`; a
+//! peer note carries the retry time the store committed; a peer that hears
+//! the task is ready again plans its claim no later than that time plus one
+//! idle poll.
+//!
+//! Grants and failures are judged at the store seam against the policy (not
+//! against the retry time the store chose to commit); notes at the network
+//! seam; the planned claim is the engine's testimony (`RetryPlanned`).
 
-use super::{Checker, Ctx, Violation};
+use super::{commit, granted, promise, Checker, Ctx, Violation};
 use crate::history::{Entry, Record};
+use crate::truth::Fact;
 use leasesim::event::Event;
+use leasesim::ids::TaskId;
+use leasesim::task::TaskState;
+use std::collections::BTreeMap;
 
 pub const NAME: &str = "retry-clock";
 
 #[derive(Default)]
 pub struct RetryClock {
+    /// (task, failures spent) -> the retry time the store committed then.
+    committed: BTreeMap<(TaskId, u32), u64>,
     evaluations: u64,
+}
+
+impl RetryClock {
+    fn judge_grants(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Some(commit) = commit(rec) else { return };
+        for change in &commit.tasks {
+            let after = &change.after;
+            if after.retries > change.before.as_ref().map_or(0, |b| b.retries) && after.state == TaskState::Ready {
+                self.committed.insert((after.id, after.retries), after.retry_at_ms);
+            }
+            let Some(fence) = granted(change) else { continue };
+            self.evaluations += 1;
+            let Some(t) = ctx.view.task(fence.task) else { continue };
+            let (earliest, why) = match t.last_failure {
+                Some((failed_ms, n)) => {
+                    let at = failed_ms + promise::backoff_ms(&ctx.scenario.engine, n);
+                    (at, format!("failure {n} committed at {failed_ms} ms + backoff"))
+                }
+                None => (0, String::new()),
+            };
+            let (earliest, why) = if t.row.spec.not_before_ms > earliest {
+                (t.row.spec.not_before_ms, "its not-before time".to_string())
+            } else {
+                (earliest, why)
+            };
+            if now < earliest {
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{}: attempt {} granted to {} at {now} ms, before {earliest} ms ({why})",
+                            fence.task, fence.attempt, fence.owner
+                        ),
+                    )
+                    .fence(&fence),
+                );
+            }
+        }
+    }
+
+    fn judge_note(&mut self, now: u64, rec: &Record, out: &mut Vec<Violation>) {
+        let Entry::Truth(Fact::NoteSent { from, note }) = &rec.entry else { return };
+        let Some(&committed) = self.committed.get(&(note.task, note.retries)) else { return };
+        self.evaluations += 1;
+        if note.retry_at_ms != committed {
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{}: {from} sent a peer note after failure {} carrying retry time {} ms; the store committed {committed} ms",
+                        note.task, note.retries, note.retry_at_ms
+                    ),
+                )
+                .task(note.task)
+                .process(*from),
+            );
+        }
+    }
+
+    fn judge_plan(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Entry::Engine(Event::RetryPlanned { owner, task, retries, wake_at_ms }) = &rec.entry else { return };
+        let Some(&committed) = self.committed.get(&(*task, *retries)) else { return };
+        self.evaluations += 1;
+        let latest = committed + ctx.scenario.engine.idle_poll_ms;
+        if *wake_at_ms > latest {
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{task}: {owner} planned its claim after failure {retries} for {wake_at_ms} ms, \
+                         {} ms after the committed retry time {committed} ms (allowed: one idle poll)",
+                        wake_at_ms - committed
+                    ),
+                )
+                .task(*task)
+                .process(*owner),
+            );
+        }
+    }
 }
 
 impl Checker for RetryClock {
@@ -19,59 +113,15 @@ impl Checker for RetryClock {
         NAME
     }
 
-    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
-        let now = rec.at_ms;
-        match &rec.entry {
-            Entry::Engine(Event::LeaseGranted { fence, .. }) => {
-                self.evaluations += 1;
-                let Some(t) = ctx.view.task(fence.task) else {
-                    return;
-                };
-                if now < t.retry_at_ms {
-                    out.push(
-                        Violation::new(
-                            NAME,
-                            now,
-                            format!(
-                                "t{}: attempt {} claimed by {} at {now} ms, before its committed retry-at {} ms",
-                                fence.task, fence.attempt, fence.owner, t.retry_at_ms
-                            ),
-                        )
-                        .fence(fence),
-                    );
-                }
-            }
-            Entry::Engine(Event::RetryPlanned { owner, task, retries, wake_at_ms }) => {
-                self.evaluations += 1;
-                let Some(t) = ctx.view.task(*task) else {
-                    return;
-                };
-                // The retry-at committed by the failure the note speaks of;
-                // the latest committed one if the view never saw that failure.
-                let committed = t.retry_at_by_retries.get(retries).copied().unwrap_or(t.retry_at_ms);
-                let latest = committed + ctx.scenario.engine.idle_poll_ms;
-                if *wake_at_ms > latest {
-                    out.push(
-                        Violation::new(
-                            NAME,
-                            now,
-                            format!(
-                                "t{task}: {owner} planned its claim after failure {retries} for {wake_at_ms} ms, \
-                                 {} ms after the committed retry-at {committed} ms (allowed: one idle poll)",
-                                wake_at_ms - committed
-                            ),
-                        )
-                        .task(*task)
-                        .process(*owner),
-                    );
-                }
-            }
-            _ => {}
-        }
+    fn about(&self) -> &'static str {
+        "store and network seams: a failed task is not granted before its failure's commit time + the policy's backoff; peer notes carry the committed retry time and peers plan their claim by it"
     }
 
-    fn finish(&mut self, _end_ms: u64, _ctx: &Ctx, _out: &mut Vec<Violation>) {
-        self.evaluations += 1;
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        self.judge_grants(now, rec, ctx, out);
+        self.judge_note(now, rec, out);
+        self.judge_plan(now, rec, ctx, out);
     }
 
     fn evaluations(&self) -> u64 {
@@ -82,41 +132,55 @@ impl Checker for RetryClock {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::check::testkit::{cases, o, Pass, Violates, H};
+    use crate::check::testkit::{cases, o, H, PASS};
     use leasesim::task::{TaskKind, TaskSpec};
 
-    fn scheduled(at: u64) -> TaskSpec {
-        TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: at }
+    /// Job t1 fails once at 100 ms: the policy says retry at 1100 ms.
+    fn failed_once() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), false)
+            .failed(1, 1, o(1, 1), 1, Some(1_100))
+            .unpermit(o(1, 1), 1, 1)
     }
 
     cases! {
-        claim_at_retry_at_and_note_kept_pass:
-            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None)
-                .at(100).failed(1, 1, o(1, 1), 1, Some(5_100))
-                .at(5_100).retry_planned(o(2, 1), 1, 1, 5_100)
-                .granted(1, 2, o(2, 1), None)
+        claim_at_the_promised_time_and_note_kept_pass:
+            failed_once().note_sent(o(1, 1), 1, 1, 1_100)
+                .at(1_100).retry_planned(o(2, 1), 1, 1, 1_100).grant(1, 2, o(2, 1))
                 .build()
-            => Pass;
-        claimed_before_committed_retry_at:
+            => PASS;
+        claimed_before_the_backoff:
+            failed_once().at(1_099).grant(1, 2, o(1, 1)).build()
+            => &[(NAME, Some(1))];
+        backoff_lost_at_the_store:
+            // The store commits the failure time as the retry time; the
+            // claim that follows is early by the policy.
             H::new().up(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), None)
-                .at(100).failed(1, 1, o(1, 1), 1, Some(5_100))
-                .at(5_099).granted(1, 2, o(1, 1), None)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), false).failed(1, 1, o(1, 1), 1, Some(100)).unpermit(o(1, 1), 1, 1)
+                .at(600).grant(1, 2, o(1, 1))
                 .build()
-            => Violates(NAME, Some(1));
+            => &[(NAME, Some(1))];
         scheduled_task_claimed_early:
-            H::new().up(o(1, 1)).created_spec(7, scheduled(3_000))
-                .at(2_000).granted(7, 1, o(1, 1), None)
+            H::new().up(o(1, 1))
+                .created_spec(7, TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 3_000 })
+                .at(2_000).grant(7, 1, o(1, 1))
                 .build()
-            => Violates(NAME, Some(7));
+            => &[(NAME, Some(7))];
+        note_carries_the_wrong_retry_time:
+            failed_once().note_sent(o(1, 1), 1, 1, 900).build()
+            => &[(NAME, Some(1))];
         note_receipt_time_replaces_retry_clock:
-            // The receiver restarts the 5 s backoff from receipt at 5100.
-            H::new().up(o(1, 1)).up(o(2, 1)).created(2, TaskKind::Job)
-                .at(10).granted(2, 1, o(1, 1), None)
-                .at(100).failed(2, 1, o(1, 1), 1, Some(5_100))
-                .at(5_100).retry_planned(o(2, 1), 2, 1, 10_100)
-                .build()
-            => Violates(NAME, Some(2));
+            // The receiver restarts the backoff from receipt at 1100.
+            failed_once().at(1_100).retry_planned(o(2, 1), 1, 1, 2_100).build()
+            => &[(NAME, Some(1))];
     }
 }

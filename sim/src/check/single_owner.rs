@@ -1,8 +1,11 @@
 //! single-owner: at most one unexpired lease per task at any instant.
+//!
+//! Judged at the store seam: a commit that grants a task to a new attempt
+//! while the task's previous holder still had an unexpired lease (or a
+//! heartbeat-owned one, which never expires by itself) gave it two owners.
 
-use super::{Checker, Ctx, Violation};
-use crate::history::{Entry, Record};
-use leasesim::event::Event;
+use super::{commit, granted, Checker, Ctx, Violation};
+use crate::history::Record;
 use leasesim::task::TaskState;
 
 pub const NAME: &str = "single-owner";
@@ -17,40 +20,37 @@ impl Checker for SingleOwner {
         NAME
     }
 
-    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
-        let now = rec.at_ms;
-        let Entry::Engine(Event::LeaseGranted { fence, .. }) = &rec.entry else {
-            return;
-        };
-        self.evaluations += 1;
-        let Some(t) = ctx.view.task(fence.task) else {
-            return;
-        };
-        if t.state != TaskState::Leased || (t.attempt == fence.attempt && t.owner == Some(fence.owner)) {
-            return;
-        }
-        let lease = match t.lease_expiry_ms {
-            Some(e) if e <= now => return,
-            Some(e) => format!("a lease until {e} ms"),
-            None => "a heartbeat-owned lease".to_string(),
-        };
-        let holder = t.owner.map_or_else(|| "?".to_string(), |o| o.to_string());
-        out.push(
-            Violation::new(
-                NAME,
-                now,
-                format!(
-                    "t{}: attempt {} granted to {} at {now} ms while attempt {} ({holder}) holds {lease}",
-                    fence.task, fence.attempt, fence.owner, t.attempt
-                ),
-            )
-            .fence(fence),
-        );
+    fn about(&self) -> &'static str {
+        "store seam: a task is never granted while another attempt holds an unexpired lease on it"
     }
 
-    fn finish(&mut self, _end_ms: u64, _ctx: &Ctx, _out: &mut Vec<Violation>) {
-        // Grants are the only way to a second holder, and each was judged.
-        self.evaluations += 1;
+    fn on_record(&mut self, rec: &Record, _ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        let Some(commit) = commit(rec) else { return };
+        for change in &commit.tasks {
+            let Some(fence) = granted(change) else { continue };
+            self.evaluations += 1;
+            let Some(before) = change.before.as_ref().filter(|b| b.state == TaskState::Leased) else {
+                continue;
+            };
+            let lease = match before.lease_expiry_ms {
+                Some(e) if e <= now => continue,
+                Some(e) => format!("a lease until {e} ms"),
+                None => "a heartbeat-owned lease".to_string(),
+            };
+            let holder = before.owner.map_or_else(|| "?".to_string(), |o| o.to_string());
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{}: attempt {} granted to {} at {now} ms while attempt {} ({holder}) holds {lease}",
+                        fence.task, fence.attempt, fence.owner, before.attempt
+                    ),
+                )
+                .fence(&fence),
+            );
+        }
     }
 
     fn evaluations(&self) -> u64 {
@@ -61,35 +61,35 @@ impl Checker for SingleOwner {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::check::testkit::{cases, o, Pass, Violates, H};
+    use crate::check::testkit::{cases, o, H, PASS};
     use leasesim::task::TaskKind;
 
     cases! {
         regrant_after_expiry_passes:
-            // Expired at 100 but never released: a regrant is still one owner.
-            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), Some(100))
-                .at(100).granted(1, 2, o(2, 1), Some(5_000))
+            // Expired at 3010 but never released: a direct regrant is still one owner.
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_010).grant(1, 2, o(2, 1))
                 .build()
-            => Pass;
-        grant_over_unexpired_lease:
-            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::Job)
-                .at(10).granted(1, 1, o(1, 1), Some(1_000))
-                .at(500).granted(1, 2, o(2, 1), Some(5_000))
+            => PASS;
+        grant_over_an_unexpired_lease:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(500).grant(1, 2, o(2, 1))
                 .build()
-            => Violates(NAME, Some(1));
-        grant_over_renewed_lease:
-            H::new().up(o(1, 1)).up(o(2, 1)).created(2, TaskKind::Job)
-                .at(10).granted(2, 1, o(1, 1), Some(1_000))
-                .at(900).renewed(2, 1, o(1, 1), 2_000)
-                .at(1_500).granted(2, 2, o(2, 1), Some(5_000))
+            => &[(NAME, Some(1)), ("lease-revocation", Some(1)), ("store-reply", Some(1))];
+        grant_over_a_renewed_lease:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(2, TaskKind::WorkflowTask)
+                .at(10).grant(2, 1, o(1, 1))
+                .at(2_000).renew(2, 1, o(1, 1))
+                .at(3_500).grant(2, 2, o(2, 1))
                 .build()
-            => Violates(NAME, Some(2));
-        grant_over_heartbeat_owned_lease:
-            H::new().up(o(1, 1)).up(o(2, 1)).created(3, TaskKind::Job)
-                .at(10).granted(3, 1, o(1, 1), None)
-                .at(90_000).granted(3, 2, o(2, 1), None)
+            => &[(NAME, Some(2)), ("lease-revocation", Some(2)), ("store-reply", Some(2))];
+        grant_over_a_heartbeat_owned_lease:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(9_000).heartbeat(o(1, 1)).grant(3, 2, o(2, 1))
                 .build()
-            => Violates(NAME, Some(3));
+            => &[(NAME, Some(3)), ("lease-revocation", Some(3)), ("store-reply", Some(3))];
     }
 }

@@ -1,17 +1,32 @@
-//! A small history builder and the one check function every checker's
-//! data-driven cases run through.
+//! A history builder and the one check function every checker's data-driven
+//! cases run through.
+//!
+//! [`H`] writes histories the way a world records them: every store request
+//! arrives (with its sender) and is answered with the rows its transaction
+//! changed (ground truth), next to the engine's own events for it
+//! (testimony); every body starts and ends at the body seam. `H` keeps its
+//! own copy of the store's rows so that each commit carries true before and
+//! after rows. Broken histories add lies with [`H::answer`], [`H::fact`] and
+//! [`H::ev`].
 
 use super::{check, Report};
 use crate::history::{Entry, Record, WorldEvent};
 use crate::scenario::Scenario;
+use crate::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender, StageChange, TaskChange};
 use leasesim::config::MaintenanceKind;
 use leasesim::event::{Event, ReleaseCause, WriteKind};
 use leasesim::handler::TaskError;
 use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId};
-use leasesim::task::{TaskKind, TaskSpec};
+use leasesim::proto::{Grant, PeerNote, Request, Response};
+use leasesim::store::StageRow;
+use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The scenario of every case: 2 permits, finalize deadline 1000 ms, idle
-/// poll 500 ms; claim bound 1000, recovery bound 2000, permit slack 500,
+/// poll 500 ms, heartbeats every 100 s (dead after 200 s), retries after
+/// 1000 ms * 2^(n-1) (at most 2 retries); leases of 5 s (index builds, authz),
+/// 3 s (workflow tasks) and 6 s (activities), jobs and stages owned by
+/// heartbeat; claim bound 1000, recovery bound 2000, permit slack 500,
 /// materialize bound 3000, completion bound 5000.
 pub const SCENARIO: &str = r#"
 name = "checker-cases"
@@ -22,8 +37,21 @@ workers = 2
 
 [engine]
 concurrency = 2
+claim_batch_max = 2
 finalize_deadline_ms = 1000
 idle_poll_ms = 500
+heartbeat_interval_ms = 100000
+dead_after_ms = 200000
+retry_base_ms = 1000
+retry_cap_ms = 8000
+max_retries = 2
+
+[engine.lease_ttl]
+# Jobs and stages are owned by heartbeat; these kinds hold leases.
+index_build_ms = 5000
+authz_materialization_ms = 5000
+workflow_task_ms = 3000
+activity_ms = 6000
 
 [workload]
 enqueue_window_ms = 1000
@@ -39,6 +67,7 @@ recovery_bound_ms = 2000
 permit_release_slack_ms = 500
 materialize_bound_ms = 3000
 completion_bound_ms = 5000
+fresh_index_after_heal_ms = 1000
 "#;
 
 pub fn scenario() -> Scenario {
@@ -49,36 +78,25 @@ pub fn o(proc: ProcId, incarnation: u32) -> Owner {
     Owner { proc, incarnation }
 }
 
-fn fence(task: TaskId, attempt: u32, owner: Owner) -> Fence {
+pub fn fence(task: TaskId, attempt: u32, owner: Owner) -> Fence {
     Fence { task, attempt, owner }
 }
 
-/// What a case expects of the whole report.
-#[derive(Debug, Clone, Copy)]
-pub enum Expect {
-    /// No checker finds anything.
-    Pass,
-    /// This invariant is violated on this task (`None`: no task).
-    Violates(&'static str, Option<TaskId>),
-}
+/// What a case expects of the whole report: exactly these (invariant, task)
+/// violations, no more and no fewer.
+pub type Expect = &'static [(&'static str, Option<TaskId>)];
 
-pub use Expect::{Pass, Violates};
+/// No checker finds anything.
+pub const PASS: Expect = &[];
 
-/// The one check function of every case.
+/// The one check function of every case: the whole list of violations must
+/// be the expected one.
 pub fn run_case(name: &str, history: Vec<Record>, expect: Expect) -> Report {
     let report = check(&scenario(), &history);
-    match expect {
-        Expect::Pass => {
-            assert!(report.violations.is_empty(), "{name}: expected no violation, got {:#?}", report.violations);
-        }
-        Expect::Violates(invariant, task) => {
-            assert!(
-                report.violations.iter().any(|v| v.invariant == invariant && v.task == task),
-                "{name}: expected a {invariant} violation on task {task:?}, got {:#?}",
-                report.violations
-            );
-        }
-    }
+    let got: BTreeSet<(String, Option<TaskId>)> =
+        report.violations.iter().map(|v| (v.invariant.clone(), v.task)).collect();
+    let want: BTreeSet<(String, Option<TaskId>)> = expect.iter().map(|(i, t)| (i.to_string(), *t)).collect();
+    assert_eq!(got, want, "{name}: the violations differ from the expected ones:\n{:#?}", report.violations);
     report
 }
 
@@ -102,7 +120,15 @@ pub(crate) use cases;
 pub struct H {
     now: u64,
     records: Vec<Record>,
+    tasks: BTreeMap<TaskId, Task>,
+    stages: BTreeMap<StageRef, StageRow>,
+    materialized: BTreeSet<IndexId>,
+    next_req: u64,
+    next_call: u64,
 }
+
+/// A change to one row, as a builder step describes it.
+type Edit<'a> = &'a dyn Fn(&mut Task);
 
 impl H {
     pub fn new() -> Self {
@@ -115,18 +141,33 @@ impl H {
         self
     }
 
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
     pub fn build(self) -> Vec<Record> {
         self.records
     }
 
-    fn world(mut self, w: WorldEvent) -> Self {
-        self.records.push(Record { at_ms: self.now, entry: Entry::World(w) });
+    pub fn row(&self, task: TaskId) -> Task {
+        self.tasks.get(&task).cloned().unwrap_or_else(|| panic!("t{task} was never created"))
+    }
+
+    fn push(mut self, entry: Entry) -> Self {
+        self.records.push(Record { at_ms: self.now, entry });
         self
     }
 
-    fn ev(mut self, e: Event) -> Self {
-        self.records.push(Record { at_ms: self.now, entry: Entry::Engine(e) });
-        self
+    pub fn world(self, w: WorldEvent) -> Self {
+        self.push(Entry::World(w))
+    }
+
+    pub fn ev(self, e: Event) -> Self {
+        self.push(Entry::Engine(e))
+    }
+
+    pub fn fact(self, f: Fact) -> Self {
+        self.push(Entry::Truth(f))
     }
 
     // ---- world ----
@@ -142,108 +183,375 @@ impl H {
     pub fn resumed(self, proc: ProcId) -> Self {
         self.world(WorldEvent::ProcessResumed { proc })
     }
+    pub fn partitioned(self, proc: ProcId) -> Self {
+        self.fact(Fact::Partitioned { proc })
+    }
+    pub fn rejoined(self, proc: ProcId) -> Self {
+        self.fact(Fact::Rejoined { proc })
+    }
+    pub fn offset(self, proc: ProcId, offset_ms: i64) -> Self {
+        self.world(WorldEvent::ClockOffset { proc, offset_ms })
+    }
     pub fn heal(self) -> Self {
         self.world(WorldEvent::Heal)
     }
+    /// The end of the run: `End`, then the store's final state as it is.
     pub fn end(self) -> Self {
-        self.world(WorldEvent::End)
+        let last = Fact::Final {
+            tasks: self.tasks.values().cloned().collect(),
+            stages: self.stages.iter().map(|(s, r)| (*s, r.clone())).collect(),
+            materialized: self.materialized.iter().copied().collect(),
+        };
+        self.world(WorldEvent::End).fact(last)
     }
 
-    // ---- store ----
-    pub fn created(self, task: TaskId, kind: TaskKind) -> Self {
-        let at = self.now;
-        self.created_spec(task, TaskSpec { kind, group: None, stage: None, index: None, not_before_ms: at })
+    // ---- the store seam ----
+
+    /// A request arrives from `from`; returns its number.
+    pub fn arrive(mut self, from: Sender, request: Request) -> (Self, u64) {
+        self.next_req += 1;
+        let req = self.next_req;
+        (self.fact(Fact::Arrived { req, from, request }), req)
     }
-    pub fn created_index(self, task: TaskId, index: IndexId) -> Self {
-        let at = self.now;
-        let spec =
-            TaskSpec { kind: TaskKind::IndexBuild, group: None, stage: None, index: Some(index), not_before_ms: at };
+
+    /// A request from `from` is answered: the engine's `events`, then the
+    /// answer with the rows `edits` change (each edit gets the row, or a new
+    /// row for an id never seen), and the stage rows and indexes changed.
+    pub fn answer(
+        self,
+        from: Sender,
+        request: Request,
+        response: Response,
+        events: Vec<Event>,
+        edits: &[(TaskId, Edit)],
+    ) -> Self {
+        let (mut h, req) = self.arrive(from, request);
+        let mut commit = Commit::default();
+        for (id, edit) in edits {
+            let before = h.tasks.get(id).cloned();
+            let mut after = before.clone().unwrap_or_else(|| new_row(*id, h.now));
+            edit(&mut after);
+            after.updated_ms = h.now;
+            h.tasks.insert(*id, after.clone());
+            commit.tasks.push(TaskChange { before, after });
+        }
+        for e in &events {
+            match e {
+                Event::StageDone { stage, task } => {
+                    let before = h.stages.get(stage).cloned();
+                    let after = StageRow { task: None, done: true };
+                    let _ = task;
+                    h.stages.insert(*stage, after.clone());
+                    commit.stages.push(StageChange { stage: *stage, before, after });
+                }
+                Event::IndexMaterialized { index, .. } if h.materialized.insert(*index) => {
+                    commit.materialized.push(*index);
+                }
+                _ => {}
+            }
+        }
+        for e in events {
+            h = h.ev(e);
+        }
+        h.fact(Fact::Answered { req, response, commit, reply: Reply::Sent })
+    }
+
+    fn call(&mut self) -> u64 {
+        self.next_call += 1;
+        self.next_call
+    }
+
+    pub fn created(self, task: TaskId, kind: TaskKind) -> Self {
+        let spec = TaskSpec { kind, group: None, stage: None, index: None, not_before_ms: 0 };
         self.created_spec(task, spec)
     }
+    pub fn created_in(self, task: TaskId, kind: TaskKind, group: u64) -> Self {
+        let spec = TaskSpec { kind, group: Some(group), stage: None, index: None, not_before_ms: 0 };
+        self.created_spec(task, spec)
+    }
+    pub fn created_index(self, task: TaskId, index: IndexId) -> Self {
+        let spec =
+            TaskSpec { kind: TaskKind::IndexBuild, group: None, stage: None, index: Some(index), not_before_ms: 0 };
+        self.created_spec(task, spec)
+    }
+    /// The client enqueues `spec`, which the store creates as `task`.
+    pub fn created_spec(mut self, task: TaskId, spec: TaskSpec) -> Self {
+        let call = self.call();
+        let from = Sender::Client(call);
+        let what = ClientCall::Enqueue { spec: spec.clone() };
+        let event = Event::TaskCreated { task, spec: spec.clone(), retry_at_ms: spec.not_before_ms };
+        self.fact(Fact::ClientCalled { call, what })
+            .answer(
+                from,
+                Request::Enqueue { spec: spec.clone() },
+                Response::Enqueued { task },
+                vec![event],
+                &[(task, &|t: &mut Task| {
+                    t.spec = spec.clone();
+                    t.retry_at_ms = spec.not_before_ms;
+                })],
+            )
+            .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Enqueued { task: Some(task) } })
+    }
+    /// The client creates a pipeline of `stages` stages.
+    pub fn pipeline(mut self, pipeline: u64, stages: u32) -> Self {
+        let call = self.call();
+        let (mut h, req) = self.arrive(Sender::Client(call), Request::CreatePipeline { pipeline, stages });
+        let mut commit = Commit::default();
+        for index in 0..stages {
+            let stage = StageRef { pipeline, index };
+            h.stages.insert(stage, StageRow::default());
+            commit.stages.push(StageChange { stage, before: None, after: StageRow::default() });
+        }
+        h.ev(Event::PipelineCreated { pipeline, stages }).fact(Fact::Answered {
+            req,
+            response: Response::Ack,
+            commit,
+            reply: Reply::Sent,
+        })
+    }
+    /// Worker `by` enqueues the task of stage `index` of `pipeline` as `task`.
     pub fn created_stage(self, task: TaskId, pipeline: u64, index: u32) -> Self {
-        let at = self.now;
         let stage = StageRef { pipeline, index };
         let spec = TaskSpec {
             kind: TaskKind::Stage,
             group: Some(pipeline),
             stage: Some(stage),
             index: None,
-            not_before_ms: at,
+            not_before_ms: self.now,
         };
-        self.created_spec(task, spec)
-    }
-    pub fn created_spec(self, task: TaskId, spec: TaskSpec) -> Self {
-        let retry_at_ms = spec.not_before_ms;
-        self.ev(Event::TaskCreated { task, spec, retry_at_ms })
-    }
-    pub fn granted(self, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
-        self.ev(Event::LeaseGranted {
-            fence: fence(task, attempt, owner),
-            kind: TaskKind::Job,
-            lease_expiry_ms: expiry,
-            retry_at_ms: 0,
+        let (mut h, req) = self.arrive(Sender::Worker(o(1, 1)), Request::EnqueueStage { stage });
+        let mut row = new_row(task, h.now);
+        row.spec = spec.clone();
+        row.retry_at_ms = h.now;
+        h.tasks.insert(task, row.clone());
+        let before = h.stages.get(&stage).cloned();
+        let after = StageRow { task: Some(task), done: false };
+        h.stages.insert(stage, after.clone());
+        let commit = Commit {
+            tasks: vec![TaskChange { before: None, after: row }],
+            stages: vec![StageChange { stage, before, after }],
+            materialized: vec![],
+        };
+        let now = h.now;
+        h.ev(Event::TaskCreated { task, spec, retry_at_ms: now }).fact(Fact::Answered {
+            req,
+            response: Response::Enqueued { task },
+            commit,
+            reply: Reply::Sent,
         })
+    }
+    /// The store grants `task` to attempt `attempt` of `owner`, with a lease
+    /// until `expiry` (`None`: heartbeat-owned).
+    pub fn granted(self, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
+        let f = fence(task, attempt, owner);
+        let kind = self.row(task).spec.kind;
+        let retry_at_ms = self.row(task).retry_at_ms;
+        let grant = Grant { fence: f, kind, lease_expiry_ms: expiry };
+        self.answer(
+            Sender::Worker(owner),
+            Request::Claim { owner, max: 1, wait_ms: 0 },
+            Response::Claimed { grants: vec![grant] },
+            vec![Event::LeaseGranted { fence: f, kind, lease_expiry_ms: expiry, retry_at_ms }],
+            &[(task, &|t: &mut Task| {
+                t.state = TaskState::Leased;
+                t.owner = Some(owner);
+                t.attempt = attempt;
+                t.lease_expiry_ms = expiry;
+            })],
+        )
+    }
+    /// The store grants `task` to attempt `attempt` of `owner` with the lease
+    /// the scenario promises for its kind.
+    pub fn grant(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        let ttl = super::promise::lease_ttl_ms(&scenario().engine, self.row(task).spec.kind);
+        let expiry = ttl.map(|ttl| self.now + ttl);
+        self.granted(task, attempt, owner, expiry)
+    }
+    /// A renewal with the promised lease.
+    pub fn renew(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        let ttl = super::promise::lease_ttl_ms(&scenario().engine, self.row(task).spec.kind).expect("a leased kind");
+        let expiry = self.now + ttl;
+        self.renewed(task, attempt, owner, expiry)
     }
     pub fn renewed(self, task: TaskId, attempt: u32, owner: Owner, expiry: u64) -> Self {
-        self.ev(Event::LeaseRenewed { fence: fence(task, attempt, owner), lease_expiry_ms: expiry })
+        let f = fence(task, attempt, owner);
+        self.answer(
+            Sender::Worker(owner),
+            Request::Renew { fence: f },
+            Response::Renewed { lease_expiry_ms: expiry },
+            vec![Event::LeaseRenewed { fence: f, lease_expiry_ms: expiry }],
+            &[(task, &|t: &mut Task| t.lease_expiry_ms = Some(expiry))],
+        )
     }
-    pub fn released(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.ev(Event::LeaseReleased { fence: fence(task, attempt, owner), cause: ReleaseCause::Expired })
+    /// A recovery request `request` from `by` releases `task` from its holder.
+    pub fn released_by(self, task: TaskId, by: Owner, request: Request, cause: ReleaseCause) -> Self {
+        let row = self.row(task);
+        let holder = fence(task, row.attempt, row.owner.expect("a released task is leased"));
+        self.answer(
+            Sender::Worker(by),
+            request,
+            Response::Released { tasks: 1 },
+            vec![Event::LeaseReleased { fence: holder, cause }],
+            &[(task, &|t: &mut Task| {
+                t.state = TaskState::Ready;
+                t.owner = None;
+                t.lease_expiry_ms = None;
+            })],
+        )
+    }
+    /// Reclaim of an expired lease, asked by worker `by`.
+    pub fn released(self, task: TaskId, _attempt: u32, by: Owner) -> Self {
+        self.released_by(task, by, Request::ReclaimExpired { by }, ReleaseCause::Expired)
+    }
+    /// Same-owner recovery by the holder, listing `running`.
+    pub fn orphaned(self, task: TaskId, owner: Owner, running: Vec<TaskId>) -> Self {
+        let as_of_ms = self.now;
+        let request = Request::ReleaseOrphans { owner, running, older_than_ms: 10_000, as_of_ms };
+        self.released_by(task, owner, request, ReleaseCause::Orphaned)
     }
     pub fn completed(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.ev(Event::WriteApplied {
-            fence: fence(task, attempt, owner),
+        let f = fence(task, attempt, owner);
+        let row = self.row(task);
+        let mut events = vec![Event::WriteApplied {
+            fence: f,
             write: WriteKind::Complete,
-            retries: 0,
+            retries: row.retries,
             retry_at_ms: None,
             terminal: true,
-        })
+        }];
+        if let (TaskKind::IndexBuild, Some(index)) = (row.spec.kind, row.spec.index) {
+            if !self.materialized.contains(&index) {
+                events.push(Event::IndexMaterialized { index, task });
+            }
+        }
+        if let Some(stage) = row.spec.stage.filter(|s| self.stages.get(s).is_some_and(|r| r.task == Some(task))) {
+            events.push(Event::StageDone { stage, task });
+        }
+        self.answer(
+            Sender::Worker(owner),
+            Request::Complete { fence: f },
+            Response::Applied { retries: row.retries, retry_at_ms: None },
+            events,
+            &[(task, &|t: &mut Task| {
+                t.state = TaskState::Done;
+                t.owner = None;
+                t.lease_expiry_ms = None;
+            })],
+        )
     }
     /// A committed failure: retried at `retry_at` (`None`: the task died).
     pub fn failed(self, task: TaskId, attempt: u32, owner: Owner, retries: u32, retry_at: Option<u64>) -> Self {
-        self.ev(Event::WriteApplied {
-            fence: fence(task, attempt, owner),
-            write: WriteKind::Fail,
-            retries,
-            retry_at_ms: retry_at,
-            terminal: retry_at.is_none(),
-        })
+        let f = fence(task, attempt, owner);
+        self.answer(
+            Sender::Worker(owner),
+            Request::Fail { fence: f, error: TaskError::Conflict },
+            Response::Applied { retries, retry_at_ms: retry_at },
+            vec![Event::WriteApplied {
+                fence: f,
+                write: WriteKind::Fail,
+                retries,
+                retry_at_ms: retry_at,
+                terminal: retry_at.is_none(),
+            }],
+            &[(task, &|t: &mut Task| {
+                t.retries = retries;
+                t.owner = None;
+                t.lease_expiry_ms = None;
+                match retry_at {
+                    Some(at) => {
+                        t.state = TaskState::Ready;
+                        t.retry_at_ms = at;
+                    }
+                    None => t.state = TaskState::Dead,
+                }
+            })],
+        )
     }
     pub fn cleared_link(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.ev(Event::WriteApplied {
-            fence: fence(task, attempt, owner),
-            write: WriteKind::ClearStageLink,
-            retries: 0,
-            retry_at_ms: None,
-            terminal: false,
-        })
+        let f = fence(task, attempt, owner);
+        let row = self.row(task);
+        let stage = row.spec.stage.expect("a stage task");
+        self.answer(
+            Sender::Worker(owner),
+            Request::ClearStageLink { fence: f },
+            Response::Applied { retries: row.retries, retry_at_ms: None },
+            vec![
+                Event::StageDone { stage, task },
+                Event::WriteApplied {
+                    fence: f,
+                    write: WriteKind::ClearStageLink,
+                    retries: row.retries,
+                    retry_at_ms: None,
+                    terminal: false,
+                },
+            ],
+            &[],
+        )
     }
-    pub fn stage_done(self, pipeline: u64, index: u32, task: TaskId) -> Self {
-        self.ev(Event::StageDone { stage: StageRef { pipeline, index }, task })
+    pub fn heartbeat(self, owner: Owner) -> Self {
+        self.answer(
+            Sender::Worker(owner),
+            Request::Heartbeat { owner },
+            Response::Ack,
+            vec![Event::HeartbeatApplied { owner }],
+            &[],
+        )
     }
-    pub fn materialized(self, index: IndexId, task: TaskId) -> Self {
-        self.ev(Event::IndexMaterialized { index, task })
+    /// The store answers a query for `index` (asked by a fresh client call).
+    pub fn answered(mut self, index: IndexId, materialized: bool) -> Self {
+        let call = self.call();
+        self.answer(
+            Sender::Client(call),
+            Request::QueryIndex { index, lag_timeout_ms: 1000 },
+            Response::Query { materialized },
+            vec![Event::QueryAnswered { index, materialized, waited_ms: 0 }],
+            &[],
+        )
     }
-    pub fn answered(self, index: IndexId, materialized: bool) -> Self {
-        self.ev(Event::QueryAnswered { index, materialized, waited_ms: 0 })
+    /// The application asks about `index` and is told `materialized`, with
+    /// the store's answer `store` delivered to it (`None`: none arrived).
+    pub fn queried(mut self, index: IndexId, store: Option<bool>, materialized: bool) -> Self {
+        let call = self.call();
+        let what = ClientCall::Query { index, lag_timeout_ms: 1000 };
+        let mut h = self.fact(Fact::ClientCalled { call, what });
+        h = match store {
+            Some(m) => h.answer(
+                Sender::Client(call),
+                Request::QueryIndex { index, lag_timeout_ms: 1000 },
+                Response::Query { materialized: m },
+                vec![Event::QueryAnswered { index, materialized: m, waited_ms: 0 }],
+                &[],
+            ),
+            None => h,
+        };
+        h.ev(Event::QueryResult { index, materialized })
+            .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } })
     }
 
-    // ---- workers ----
+    // ---- workers and bodies ----
     pub fn permit(self, owner: Owner, task: TaskId, attempt: u32) -> Self {
         self.ev(Event::PermitAcquired { owner, task, attempt })
     }
     pub fn unpermit(self, owner: Owner, task: TaskId, attempt: u32) -> Self {
         self.ev(Event::PermitReleased { owner, task, attempt })
     }
+    /// The engine starts the attempt and its body starts on `owner`.
     pub fn started(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.ev(Event::ExecutionStarted { fence: fence(task, attempt, owner) })
+        let f = fence(task, attempt, owner);
+        let kind = self.tasks.get(&task).map_or(TaskKind::Job, |t| t.spec.kind);
+        self.ev(Event::ExecutionStarted { fence: f }).fact(Fact::BodyStarted { fence: f, kind, on: owner })
     }
+    /// The body returns (`ok`, or a conflict) and the engine says so.
     pub fn finished(self, task: TaskId, attempt: u32, owner: Owner, ok: bool) -> Self {
+        let f = fence(task, attempt, owner);
         let error = (!ok).then_some(TaskError::Conflict);
-        self.ev(Event::ExecutionFinished { fence: fence(task, attempt, owner), error })
+        self.fact(Fact::BodyEnded { fence: f, on: owner, error }).ev(Event::ExecutionFinished { fence: f, error })
     }
+    /// The application gets the completion callback and the engine says so.
     pub fn callback(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.ev(Event::CallbackPublished { fence: fence(task, attempt, owner) })
+        let f = fence(task, attempt, owner);
+        self.fact(Fact::Callback { fence: f, on: owner }).ev(Event::CallbackPublished { fence: f })
     }
     pub fn pass_started(self, owner: Owner, kind: MaintenanceKind, pass: u64) -> Self {
         self.ev(Event::MaintenanceStarted { owner, kind, pass })
@@ -254,12 +562,16 @@ impl H {
     pub fn retry_planned(self, owner: Owner, task: TaskId, retries: u32, wake_at: u64) -> Self {
         self.ev(Event::RetryPlanned { owner, task, retries, wake_at_ms: wake_at })
     }
+    pub fn note_sent(self, from: Owner, task: TaskId, retries: u32, retry_at_ms: u64) -> Self {
+        self.fact(Fact::NoteSent { from, note: PeerNote { task, retries, retry_at_ms, from } })
+    }
 
     /// One whole successful attempt of `task` on `owner`, from `at` on:
-    /// grant, permit, run for 100 ms, complete, callback, permit back.
+    /// grant (the promised lease), permit, body for 100 ms, complete,
+    /// callback, permit back.
     pub fn attempt_ok(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
         self.at(at)
-            .granted(task, attempt, owner, Some(at + 5_000))
+            .grant(task, attempt, owner)
             .permit(owner, task, attempt)
             .started(task, attempt, owner)
             .at(at + 100)
@@ -270,23 +582,82 @@ impl H {
     }
 }
 
+fn new_row(id: TaskId, now: u64) -> Task {
+    Task {
+        id,
+        spec: TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0 },
+        state: TaskState::Ready,
+        owner: None,
+        attempt: 0,
+        lease_expiry_ms: None,
+        retries: 0,
+        retry_at_ms: 0,
+        updated_ms: now,
+        repair_count: 0,
+    }
+}
+
 /// The report of a history with no violation must still show every checker
-/// at work.
+/// at work: a plain run of every kind of thing the checkers judge.
 #[test]
 fn every_checker_evaluates_a_plain_history() {
+    use leasesim::config::MaintenanceKind::Index;
+    let (p1, p2) = (o(1, 1), o(2, 1));
     let history = H::new()
-        .up(o(1, 1))
+        .up(p1)
+        .heartbeat(p1)
+        .pipeline(9, 1)
         .created(1, TaskKind::Job)
-        .attempt_ok(10, 1, 1, o(1, 1))
-        .at(200)
+        .created_index(2, 7)
+        .created_stage(3, 9, 0)
+        .at(10)
+        .grant(1, 1, p1)
+        .permit(p1, 1, 1)
+        .started(1, 1, p1)
+        .at(100)
+        .finished(1, 1, p1, false)
+        .failed(1, 1, p1, 1, Some(1_100))
+        .note_sent(p1, 1, 1, 1_100)
+        .unpermit(p1, 1, 1)
+        .pass_started(p1, Index, 1)
+        .pass_ended(p1, Index, 1)
+        .attempt_ok(1_100, 1, 2, p1)
+        .attempt_ok(1_300, 2, 1, p1)
+        .queried(7, Some(true), true)
+        .at(1_500)
+        .grant(3, 1, p1)
+        .permit(p1, 3, 1)
+        .started(3, 1, p1)
+        .at(1_600)
+        .finished(3, 1, p1, true)
+        .completed(3, 1, p1)
+        .callback(3, 1, p1)
+        .unpermit(p1, 3, 1)
+        .at(2_000)
         .heal()
+        .heartbeat(p1)
+        // t4's claim answer is lost; its lease expires and p2 reclaims it
+        // while p1 is paused; p1 claims it again once it is back.
+        .up(p2)
+        .created(4, TaskKind::WorkflowTask)
+        .at(2_100)
+        .grant(4, 1, p1)
+        .at(5_150)
+        .paused(1)
+        .at(5_200)
+        .released(4, 1, p2)
+        .killed(p2)
+        .at(6_400)
+        .resumed(1)
+        .attempt_ok(6_450, 4, 2, p1)
         .at(20_000)
+        .heartbeat(p1)
         .end()
         .build();
-    let report = run_case("every_checker_evaluates_a_plain_history", history, Pass);
-    for (name, _) in super::INVARIANTS {
-        let n = report.checks.get(*name).copied().unwrap_or(0);
+    let report = run_case("every_checker_evaluates_a_plain_history", history, PASS);
+    for (name, _) in super::invariants() {
+        let n = report.checks.get(name).copied().unwrap_or(0);
         assert!(n > 0, "{name} never evaluated: {:?}", report.checks);
     }
-    assert_eq!(report.checks.len(), super::INVARIANTS.len());
+    assert_eq!(report.checks.len(), super::invariants().len());
 }

@@ -1,87 +1,80 @@
-//! The checkers' own view of the world, rebuilt from the history alone.
+//! The checkers' own model of the world, rebuilt from ground truth alone.
 //!
-//! It follows the committed store events (the truth) and the world's process
-//! lifecycle, and never asks the engine anything: no engine logic is called
-//! here, only engine types are read. `check()` applies each record to the view
-//! *after* every checker has looked at it, so a checker always sees the world
-//! as it was just before the record it is judging.
+//! The store's rows come from the commits the harness read at the store seam
+//! (`Fact::Answered`, `Fact::Drift`); bodies from the task-body seam;
+//! liveness from process control and from the requests that reached the
+//! store; the application's calls from the client seam. Engine events
+//! (testimony) do not change the view: checkers that cross-check testimony
+//! keep their own account of it. No engine logic is called here, only engine
+//! types are read. `check()` applies each record to the view *after* every
+//! checker has looked at it, so a checker always sees the world as it was
+//! just before the record it is judging.
 
 use crate::history::{Entry, Record, WorldEvent};
-use leasesim::event::{Event, WriteKind};
-use leasesim::ids::{IndexId, Owner, ProcId, StageRef, TaskId};
-use leasesim::task::{TaskKind, TaskSpec, TaskState};
+use crate::scenario::Scenario;
+use crate::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender};
+use leasesim::handler::TaskError;
+use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId};
+use leasesim::proto::{Request, Response};
+use leasesim::store::StageRow;
+use leasesim::task::{Task, TaskKind, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// One task as the checkers see it.
+/// One task: its row as the store last committed it, and its history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskView {
-    /// `None` when the history never showed the task's creation.
-    pub spec: Option<TaskSpec>,
-    pub created_ms: Option<u64>,
-    pub state: TaskState,
-    /// The attempt of the last grant (0 = never granted).
-    pub attempt: u32,
-    /// Holder of the current lease (only while `Leased`).
-    pub owner: Option<Owner>,
-    /// Expiry of the current lease; `None` while not leased or heartbeat-owned.
-    pub lease_expiry_ms: Option<u64>,
-    /// Failures committed so far.
-    pub retries: u32,
-    /// The committed retry-at: from creation, then from each retried failure.
-    pub retry_at_ms: u64,
-    /// The committed retry-at of each retried failure, by its failure count.
-    pub retry_at_by_retries: BTreeMap<u32, u64>,
-    /// When the task last became ready (created, released or failed).
+    pub row: Task,
+    pub created_ms: u64,
+    /// The request whose transaction created it (`None`: seen first in a drift).
+    pub created_by: Option<u64>,
+    /// When it last became ready (created, released or failed and retried).
     pub ready_since_ms: u64,
+    /// Commit time of its last failure, and the failures spent by then.
+    pub last_failure: Option<(u64, u32)>,
 }
 
 impl TaskView {
-    fn new(spec: Option<TaskSpec>, created_ms: Option<u64>, retry_at_ms: u64, now_ms: u64) -> Self {
-        TaskView {
-            spec,
-            created_ms,
-            state: TaskState::Ready,
-            attempt: 0,
-            owner: None,
-            lease_expiry_ms: None,
-            retries: 0,
-            retry_at_ms,
-            retry_at_by_retries: BTreeMap::new(),
-            ready_since_ms: now_ms,
-        }
-    }
-
-    pub fn kind(&self) -> Option<TaskKind> {
-        self.spec.as_ref().map(|s| s.kind)
+    pub fn kind(&self) -> TaskKind {
+        self.row.spec.kind
     }
 
     pub fn stage(&self) -> Option<StageRef> {
-        self.spec.as_ref().and_then(|s| s.stage)
+        self.row.spec.stage
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.row.state
     }
 
     /// Done and dead are absorbing.
     pub fn terminal(&self) -> bool {
-        matches!(self.state, TaskState::Done | TaskState::Dead)
+        self.row.state.is_terminal()
     }
 
     /// Is the task leased to exactly this attempt of this owner?
-    pub fn held_by(&self, attempt: u32, owner: Owner) -> bool {
-        self.state == TaskState::Leased && self.attempt == attempt && self.owner == Some(owner)
+    pub fn held_by(&self, fence: &Fence) -> bool {
+        held_by(&self.row, fence)
     }
 
     /// A short description of who holds the task, for messages.
     pub fn holder(&self) -> String {
-        match (self.state, self.owner) {
-            (TaskState::Leased, Some(o)) => {
-                format!("attempt {} ({o}) holds the task", self.attempt)
-            }
-            (TaskState::Leased, None) => format!("attempt {} holds the task", self.attempt),
-            (TaskState::Ready, _) => {
-                format!("the task is not leased (last attempt {})", self.attempt)
-            }
-            (TaskState::Done, _) => "the task is done".to_string(),
-            (TaskState::Dead, _) => "the task is dead".to_string(),
-        }
+        holder(&self.row)
+    }
+}
+
+/// Is `row` leased to exactly this attempt of this owner?
+pub fn held_by(row: &Task, fence: &Fence) -> bool {
+    row.state == TaskState::Leased && row.attempt == fence.attempt && row.owner == Some(fence.owner)
+}
+
+/// A short description of who holds a task row, for messages.
+pub fn holder(row: &Task) -> String {
+    match (row.state, row.owner) {
+        (TaskState::Leased, Some(o)) => format!("attempt {} ({o}) holds the task", row.attempt),
+        (TaskState::Leased, None) => format!("attempt {} holds the task", row.attempt),
+        (TaskState::Ready, _) => format!("the task is not leased (last attempt {})", row.attempt),
+        (TaskState::Done, _) => "the task is done".to_string(),
+        (TaskState::Dead, _) => "the task is dead".to_string(),
     }
 }
 
@@ -90,12 +83,21 @@ impl TaskView {
 pub struct OwnerView {
     pub up_ms: Option<u64>,
     pub killed_ms: Option<u64>,
-    /// Permits in use (acquired minus released; zero after a kill).
-    pub permits: u32,
-    /// Since when all permits are in use (`None`: a permit is free).
-    pub full_since_ms: Option<u64>,
-    /// The last time the owner stopped being at capacity.
-    pub last_full_ms: Option<u64>,
+    /// When its first request reached the store.
+    pub first_seen_ms: Option<u64>,
+    /// When the store last applied a heartbeat that it sent.
+    pub last_heartbeat_ms: Option<u64>,
+    /// Task bodies running on it now.
+    pub bodies: BTreeSet<Fence>,
+    /// Attempts whose body ended and whose outcome answer has not reached it
+    /// yet, with the time the body ended.
+    pub finalizing: BTreeMap<Fence, u64>,
+}
+
+impl OwnerView {
+    pub fn alive(&self) -> bool {
+        self.up_ms.is_some() && self.killed_ms.is_none()
+    }
 }
 
 /// One worker process (over all its incarnations).
@@ -103,7 +105,25 @@ pub struct OwnerView {
 pub struct ProcView {
     /// Pause intervals `[paused, resumed)`; an open one has no end yet.
     pub pauses: Vec<(u64, Option<u64>)>,
+    /// Partition intervals, likewise.
+    pub partitions: Vec<(u64, Option<u64>)>,
     pub offset_ms: i64,
+}
+
+fn overlaps(intervals: &[(u64, Option<u64>)], from: u64, to: u64) -> bool {
+    intervals.iter().any(|&(start, end)| start <= to && end.is_none_or(|e| e > from))
+}
+
+fn open(intervals: &mut Vec<(u64, Option<u64>)>, now: u64) {
+    if intervals.last().is_none_or(|(_, end)| end.is_some()) {
+        intervals.push((now, None));
+    }
+}
+
+fn close(intervals: &mut [(u64, Option<u64>)], now: u64) {
+    if let Some((_, end @ None)) = intervals.last_mut() {
+        *end = Some(now);
+    }
 }
 
 impl ProcView {
@@ -113,13 +133,60 @@ impl ProcView {
 
     /// Was the process paused at any instant of `[from, to]`?
     pub fn paused_between(&self, from: u64, to: u64) -> bool {
-        self.pauses.iter().any(|&(start, end)| start <= to && end.is_none_or(|e| e > from))
+        overlaps(&self.pauses, from, to)
     }
+
+    /// Was it cut off from the network at any instant of `[from, to]`?
+    pub fn partitioned_between(&self, from: u64, to: u64) -> bool {
+        overlaps(&self.partitions, from, to)
+    }
+}
+
+/// One request that reached the store and is not finished yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestView {
+    pub from: Sender,
+    pub request: Request,
+    pub arrived_ms: u64,
+    /// When the engine's store took it (its arrival, unless the seam held it).
+    pub handed_ms: Option<u64>,
+    /// The store's answer: when, what, and what became of it.
+    pub answer: Option<(u64, Response, Reply)>,
+}
+
+/// One execution of a task body, as the body saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyView {
+    pub on: Owner,
+    pub kind: TaskKind,
+    pub started_ms: u64,
+    pub ended_ms: Option<u64>,
+    pub error: Option<TaskError>,
+    /// Dropped before it returned (its process died, or it was cancelled).
+    pub stopped: bool,
+}
+
+/// One stage row and when it was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageView {
+    pub row: StageRow,
+    pub created_ms: u64,
+    /// When it was done, and the task linked to it then.
+    pub done: Option<(u64, Option<TaskId>)>,
+}
+
+/// One call of the application's client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallView {
+    pub what: ClientCall,
+    pub called_ms: u64,
+    pub answer: Option<(u64, ClientAnswer)>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct View {
     concurrency: u32,
+    finalize_deadline_ms: u64,
     pub now_ms: u64,
     pub heal_ms: Option<u64>,
     pub end_ms: Option<u64>,
@@ -128,17 +195,29 @@ pub struct View {
     pub ready: BTreeSet<TaskId>,
     /// Ids of the tasks that are leased now.
     pub leased: BTreeSet<TaskId>,
+    pub stages: BTreeMap<StageRef, StageView>,
+    /// Pipeline -> when its first stage row appeared.
+    pub pipelines: BTreeMap<GroupId, u64>,
+    /// Index -> (time it materialized, the task whose completion did it).
+    pub materialized: BTreeMap<IndexId, (u64, Option<TaskId>)>,
     pub owners: BTreeMap<Owner, OwnerView>,
     pub procs: BTreeMap<ProcId, ProcView>,
-    /// Stage -> (time it was done, the task that did it).
-    pub done_stages: BTreeMap<StageRef, (u64, TaskId)>,
-    /// Index -> (time it materialized, the task that did it).
-    pub materialized: BTreeMap<IndexId, (u64, TaskId)>,
+    /// Requests that reached the store and are not finished.
+    pub requests: BTreeMap<u64, RequestView>,
+    /// Every body execution, by attempt.
+    pub bodies: BTreeMap<Fence, BodyView>,
+    /// Every grant the store committed: attempt -> commit time.
+    pub grants: BTreeMap<Fence, u64>,
+    pub calls: BTreeMap<u64, CallView>,
 }
 
 impl View {
-    pub fn new(concurrency: u32) -> Self {
-        View { concurrency, ..View::default() }
+    pub fn new(scenario: &Scenario) -> Self {
+        View {
+            concurrency: scenario.engine.concurrency,
+            finalize_deadline_ms: scenario.engine.finalize_deadline_ms,
+            ..View::default()
+        }
     }
 
     pub fn task(&self, id: TaskId) -> Option<&TaskView> {
@@ -149,16 +228,46 @@ impl View {
         self.owners.get(&owner)
     }
 
-    pub fn permits(&self, owner: Owner) -> u32 {
-        self.owners.get(&owner).map_or(0, |o| o.permits)
-    }
-
     pub fn killed(&self, owner: Owner) -> Option<u64> {
         self.owners.get(&owner).and_then(|o| o.killed_ms)
     }
 
+    pub fn request(&self, req: u64) -> Option<&RequestView> {
+        self.requests.get(&req)
+    }
+
     pub fn paused_between(&self, proc: ProcId, from: u64, to: u64) -> bool {
         self.procs.get(&proc).is_some_and(|p| p.paused_between(from, to))
+    }
+
+    /// Was `owner` up, alive, running and connected during all of `[from, to]`?
+    pub fn live_throughout(&self, owner: Owner, from: u64, to: u64) -> bool {
+        let Some(o) = self.owners.get(&owner) else { return false };
+        let p = self.procs.get(&owner.proc);
+        o.up_ms.is_some_and(|up| up <= from)
+            && o.killed_ms.is_none_or(|k| k > to)
+            && p.is_none_or(|p| !p.paused_between(from, to) && !p.partitioned_between(from, to))
+    }
+
+    /// Slots of `owner` in use at `now`: bodies running, and attempts whose
+    /// outcome is still being recorded (at most the finalization deadline).
+    pub fn busy(&self, owner: Owner, now: u64) -> u32 {
+        let Some(o) = self.owners.get(&owner) else { return 0 };
+        let finalizing = o.finalizing.values().filter(|&&ended| now < ended + self.finalize_deadline_ms).count();
+        (o.bodies.len() + finalizing) as u32
+    }
+
+    /// Is attempt `fence` active on its owner at `now`: its body running, or
+    /// its outcome still being recorded (within the finalization deadline)?
+    pub fn active(&self, fence: &Fence, now: u64) -> bool {
+        self.owners.get(&fence.owner).is_some_and(|o| {
+            o.bodies.contains(fence)
+                || o.finalizing.get(fence).is_some_and(|&ended| now < ended + self.finalize_deadline_ms)
+        })
+    }
+
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
     }
 
     /// The heal time, or `end_ms` when the history has no heal.
@@ -172,37 +281,30 @@ impl View {
         self.now_ms = now;
         match &rec.entry {
             Entry::World(w) => self.apply_world(now, w),
-            Entry::Engine(e) => self.apply_engine(now, e),
+            Entry::Truth(f) => self.apply_fact(now, f),
+            Entry::Engine(_) => {}
         }
     }
 
     fn apply_world(&mut self, now: u64, w: &WorldEvent) {
         match w {
             WorldEvent::ProcessUp { owner } => {
-                let o = self.owners.entry(*owner).or_default();
-                o.up_ms.get_or_insert(now);
+                self.owners.entry(*owner).or_default().up_ms.get_or_insert(now);
                 self.procs.entry(owner.proc).or_default();
             }
             WorldEvent::ProcessKilled { owner } => {
                 let o = self.owners.entry(*owner).or_default();
                 o.killed_ms.get_or_insert(now);
-                o.permits = 0;
-                if o.full_since_ms.take().is_some() {
-                    o.last_full_ms = Some(now);
+                o.finalizing.clear();
+                for fence in std::mem::take(&mut o.bodies) {
+                    if let Some(b) = self.bodies.get_mut(&fence) {
+                        b.ended_ms.get_or_insert(now);
+                        b.stopped = true;
+                    }
                 }
             }
-            WorldEvent::ProcessPaused { proc } => {
-                let p = self.procs.entry(*proc).or_default();
-                if !p.paused_now() {
-                    p.pauses.push((now, None));
-                }
-            }
-            WorldEvent::ProcessResumed { proc } => {
-                let p = self.procs.entry(*proc).or_default();
-                if let Some((_, end @ None)) = p.pauses.last_mut() {
-                    *end = Some(now);
-                }
-            }
+            WorldEvent::ProcessPaused { proc } => open(&mut self.procs.entry(*proc).or_default().pauses, now),
+            WorldEvent::ProcessResumed { proc } => close(&mut self.procs.entry(*proc).or_default().pauses, now),
             WorldEvent::ClockOffset { proc, offset_ms } => {
                 self.procs.entry(*proc).or_default().offset_ms = *offset_ms;
             }
@@ -216,101 +318,181 @@ impl View {
         }
     }
 
-    /// The task's view, created on first sight if the history never showed
-    /// its creation (hand-built or truncated histories).
-    fn task_mut(&mut self, id: TaskId, now: u64) -> &mut TaskView {
-        self.tasks.entry(id).or_insert_with(|| TaskView::new(None, None, 0, now))
+    fn apply_fact(&mut self, now: u64, f: &Fact) {
+        match f {
+            Fact::Arrived { req, from, request } => {
+                if let Sender::Worker(owner) = from {
+                    self.owners.entry(*owner).or_default().first_seen_ms.get_or_insert(now);
+                }
+                let view = RequestView {
+                    from: *from,
+                    request: request.clone(),
+                    arrived_ms: now,
+                    handed_ms: None,
+                    answer: None,
+                };
+                self.requests.insert(*req, view);
+            }
+            Fact::Dropped { req } => {
+                self.requests.remove(req);
+            }
+            Fact::Refused { req, .. } => {
+                if let Some(r) = self.requests.remove(req) {
+                    self.answer_reached(&r, now, None);
+                }
+            }
+            Fact::Handed { req } => {
+                if let Some(r) = self.requests.get_mut(req) {
+                    r.handed_ms = Some(now);
+                }
+            }
+            Fact::Answered { req, response, commit, reply } => self.apply_answer(now, *req, response, commit, *reply),
+            Fact::Replied { req } => {
+                if let Some(r) = self.requests.remove(req) {
+                    let response = r.answer.as_ref().map(|(_, resp, _)| resp.clone());
+                    self.answer_reached(&r, now, response.as_ref());
+                }
+            }
+            Fact::Drift { commit } => self.apply_commit(now, None, None, commit),
+            Fact::BodyStarted { fence, kind, on } => {
+                let body =
+                    BodyView { on: *on, kind: *kind, started_ms: now, ended_ms: None, error: None, stopped: false };
+                self.bodies.insert(*fence, body);
+                self.owners.entry(*on).or_default().bodies.insert(*fence);
+            }
+            Fact::BodyEnded { fence, on, error } => {
+                if let Some(b) = self.bodies.get_mut(fence) {
+                    b.ended_ms.get_or_insert(now);
+                    b.error = *error;
+                }
+                let o = self.owners.entry(*on).or_default();
+                if o.bodies.remove(fence) && o.killed_ms.is_none() {
+                    o.finalizing.insert(*fence, now);
+                }
+            }
+            Fact::BodyStopped { fence, on } => {
+                if let Some(b) = self.bodies.get_mut(fence) {
+                    b.ended_ms.get_or_insert(now);
+                    b.stopped = true;
+                }
+                self.owners.entry(*on).or_default().bodies.remove(fence);
+            }
+            Fact::ClientCalled { call, what } => {
+                self.calls.insert(*call, CallView { what: what.clone(), called_ms: now, answer: None });
+            }
+            Fact::ClientAnswered { call, answer } => {
+                if let Some(c) = self.calls.get_mut(call) {
+                    c.answer = Some((now, *answer));
+                }
+            }
+            Fact::Partitioned { proc } => open(&mut self.procs.entry(*proc).or_default().partitions, now),
+            Fact::Rejoined { proc } => close(&mut self.procs.entry(*proc).or_default().partitions, now),
+            Fact::Callback { .. } | Fact::NoteSent { .. } | Fact::NoteDelivered { .. } | Fact::Final { .. } => {}
+        }
     }
 
-    fn set_state(&mut self, id: TaskId, state: TaskState, now: u64) {
-        let t = self.task_mut(id, now);
-        if state == TaskState::Ready && t.state != TaskState::Ready {
-            t.ready_since_ms = now;
+    fn apply_answer(&mut self, now: u64, req: u64, response: &Response, commit: &Commit, reply: Reply) {
+        let Some(mut r) = self.requests.remove(&req) else {
+            self.apply_commit(now, Some(req), None, commit);
+            return;
+        };
+        if let (Request::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
+            self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
         }
-        t.state = state;
-        if state != TaskState::Leased {
-            t.owner = None;
-            t.lease_expiry_ms = None;
-        }
-        if state == TaskState::Ready {
-            self.ready.insert(id);
-        } else {
-            self.ready.remove(&id);
-        }
-        if state == TaskState::Leased {
-            self.leased.insert(id);
-        } else {
-            self.leased.remove(&id);
+        let completed_by = match &r.request {
+            Request::Complete { fence } => Some(fence.task),
+            _ => None,
+        };
+        self.apply_commit(now, Some(req), completed_by, commit);
+        r.handed_ms.get_or_insert(now);
+        match reply {
+            Reply::Sent => self.answer_reached(&r, now, Some(response)),
+            // A lost answer never reaches its caller; it waits out its deadline.
+            Reply::Lost => {}
+            Reply::Late => {
+                r.answer = Some((now, response.clone(), reply));
+                self.requests.insert(req, r);
+            }
         }
     }
 
-    fn apply_engine(&mut self, now: u64, e: &Event) {
-        match e {
-            Event::TaskCreated { task, spec, retry_at_ms } => {
-                self.tasks.insert(*task, TaskView::new(Some(spec.clone()), Some(now), *retry_at_ms, now));
-                self.leased.remove(task);
-                self.ready.insert(*task);
+    /// The caller of `r` got its answer (`None`: the harness's refusal). An
+    /// attempt's final outcome answer ends its finalization.
+    fn answer_reached(&mut self, r: &RequestView, _now: u64, response: Option<&Response>) {
+        let Sender::Worker(owner) = r.from else { return };
+        let fence = match &r.request {
+            Request::Complete { fence } | Request::Fail { fence, .. } => Some(*fence),
+            Request::LeaseValid { fence } if matches!(response, Some(Response::Valid { valid: false }) | None) => {
+                Some(*fence)
             }
-            Event::LeaseGranted { fence, lease_expiry_ms, .. } => {
-                self.set_state(fence.task, TaskState::Leased, now);
-                let t = self.task_mut(fence.task, now);
-                t.attempt = fence.attempt;
-                t.owner = Some(fence.owner);
-                t.lease_expiry_ms = *lease_expiry_ms;
-            }
-            Event::LeaseRenewed { fence, lease_expiry_ms } => {
-                let t = self.task_mut(fence.task, now);
-                if t.state == TaskState::Leased {
-                    t.lease_expiry_ms = Some(*lease_expiry_ms);
-                }
-            }
-            Event::LeaseReleased { fence, .. } => {
-                // A release of a task that is not leased changes nothing.
-                let leased = self.task_mut(fence.task, now).state == TaskState::Leased;
-                if leased {
-                    self.set_state(fence.task, TaskState::Ready, now);
-                }
-            }
-            Event::WriteApplied { fence, write, retries, retry_at_ms, terminal } => match write {
-                WriteKind::Complete => self.set_state(fence.task, TaskState::Done, now),
-                WriteKind::Fail => {
-                    if *terminal {
-                        self.set_state(fence.task, TaskState::Dead, now);
-                    } else {
-                        self.set_state(fence.task, TaskState::Ready, now);
-                    }
-                    let t = self.task_mut(fence.task, now);
-                    t.retries = *retries;
-                    if let Some(at) = retry_at_ms {
-                        t.retry_at_ms = *at;
-                        t.retry_at_by_retries.insert(*retries, *at);
-                    }
-                }
-                WriteKind::Renew | WriteKind::ClearStageLink => {}
-            },
-            Event::StageDone { stage, task } => {
-                self.done_stages.entry(*stage).or_insert((now, *task));
-            }
-            Event::IndexMaterialized { index, task } => {
-                self.materialized.entry(*index).or_insert((now, *task));
-            }
-            Event::PermitAcquired { owner, .. } => {
-                let concurrency = self.concurrency;
-                let o = self.owners.entry(*owner).or_default();
-                o.permits += 1;
-                if o.permits >= concurrency && o.full_since_ms.is_none() {
-                    o.full_since_ms = Some(now);
-                }
-            }
-            Event::PermitReleased { owner, .. } => {
-                let concurrency = self.concurrency;
-                let o = self.owners.entry(*owner).or_default();
-                o.permits = o.permits.saturating_sub(1);
-                if o.permits < concurrency && o.full_since_ms.take().is_some() {
-                    o.last_full_ms = Some(now);
-                }
-            }
-            _ => {}
+            Request::ClearStageLink { fence } if !matches!(response, Some(Response::Applied { .. })) => Some(*fence),
+            _ => None,
+        };
+        if let (Some(fence), Some(o)) = (fence, self.owners.get_mut(&owner)) {
+            o.finalizing.remove(&fence);
         }
+    }
+
+    /// The store's rows change as `commit` (of request `req`) says.
+    fn apply_commit(&mut self, now: u64, req: Option<u64>, completed_by: Option<TaskId>, commit: &Commit) {
+        for change in &commit.tasks {
+            let after = &change.after;
+            let id = after.id;
+            match self.tasks.get_mut(&id) {
+                None => {
+                    let view = TaskView {
+                        row: after.clone(),
+                        created_ms: now,
+                        created_by: req,
+                        ready_since_ms: now,
+                        last_failure: None,
+                    };
+                    self.tasks.insert(id, view);
+                }
+                Some(t) => {
+                    let before = std::mem::replace(&mut t.row, after.clone());
+                    if after.state == TaskState::Ready && before.state != TaskState::Ready {
+                        t.ready_since_ms = now;
+                    }
+                    if after.retries > before.retries {
+                        t.last_failure = Some((now, after.retries));
+                    }
+                }
+            }
+            let was_leased = change.before.as_ref().is_some_and(|b| b.state == TaskState::Leased);
+            let regranted = change.before.as_ref().is_none_or(|b| b.attempt != after.attempt);
+            if after.state == TaskState::Leased && (!was_leased || regranted) {
+                if let Some(owner) = after.owner {
+                    self.grants.insert(Fence { task: id, attempt: after.attempt, owner }, now);
+                }
+            }
+            set_membership(&mut self.ready, id, after.state == TaskState::Ready);
+            set_membership(&mut self.leased, id, after.state == TaskState::Leased);
+        }
+        for change in &commit.stages {
+            self.pipelines.entry(change.stage.pipeline).or_insert(now);
+            let view = self.stages.entry(change.stage).or_insert_with(|| StageView {
+                row: change.after.clone(),
+                created_ms: now,
+                done: None,
+            });
+            let was_done = view.row.done;
+            let linked = view.row.task;
+            view.row = change.after.clone();
+            if change.after.done && !was_done {
+                view.done = Some((now, linked));
+            }
+        }
+        for index in &commit.materialized {
+            self.materialized.entry(*index).or_insert((now, completed_by));
+        }
+    }
+}
+
+fn set_membership(set: &mut BTreeSet<TaskId>, id: TaskId, member: bool) {
+    if member {
+        set.insert(id);
+    } else {
+        set.remove(&id);
     }
 }

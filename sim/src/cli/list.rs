@@ -1,6 +1,6 @@
 //! `leasesim list`: what there is to run, break, inject and check.
 
-use crate::check::INVARIANTS;
+use crate::check::invariants;
 use crate::faults::FaultKind;
 use crate::scenario;
 use leasesim::defects::Defect;
@@ -20,7 +20,7 @@ pub fn run() -> Result<i32, String> {
         println!("  {:<28} {}", k.name(), k.description());
     }
     println!("invariants:");
-    for (name, description) in INVARIANTS {
+    for (name, description) in invariants() {
         println!("  {name:<28} {description}");
     }
     Ok(0)

@@ -608,6 +608,7 @@ pub(crate) fn timeline(history: &[Record], violations: &[Violation]) -> Timeline
         match &rec.entry {
             Entry::World(w) => b.world(rec.at_ms, w),
             Entry::Engine(e) => b.engine(rec.at_ms, e),
+            Entry::Truth(_) => {}
         }
     }
     for v in violations {

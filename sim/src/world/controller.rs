@@ -4,6 +4,7 @@
 //! killed; a dead one is not paused).
 
 use crate::history::{Recorder, WorldEvent};
+use crate::truth::Fact;
 use leasesim::ids::{Owner, ProcId};
 use madsim::net::NetSim;
 use madsim::runtime::Handle;
@@ -116,7 +117,9 @@ impl Controller {
             return;
         };
         NetSim::current().clog_node(node);
-        self.clogged.lock().expect("clogged").insert(proc);
+        if self.clogged.lock().expect("clogged").insert(proc) {
+            self.rec.fact(Fact::Partitioned { proc });
+        }
     }
 
     pub fn unclog(&self, proc: ProcId) {
@@ -125,6 +128,7 @@ impl Controller {
         };
         if self.clogged.lock().expect("clogged").remove(&proc) {
             NetSim::current().unclog_node(node);
+            self.rec.fact(Fact::Rejoined { proc });
         }
     }
 

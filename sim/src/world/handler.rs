@@ -3,12 +3,18 @@
 //! Drawn from (seed, task, attempt) alone, not from the simulator's shared
 //! RNG, so a task's behaviour does not shift when faults or scheduling change
 //! (which keeps shrunk runs comparable to their originals).
+//!
+//! This is the task-body seam: every body records when it started, on which
+//! process (the handler's own, not the one the fence names), and how it
+//! ended; every completion callback the application receives is recorded.
 
 use super::injector::{upto, Injector};
 use crate::faults::FaultKind;
+use crate::history::Recorder;
 use crate::scenario::Workload;
+use crate::truth::Fact;
 use leasesim::handler::{TaskError, TaskHandler};
-use leasesim::ids::Fence;
+use leasesim::ids::{Fence, Owner};
 use leasesim::task::TaskKind;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -20,11 +26,14 @@ pub struct SimHandler {
     seed: u64,
     workload: Arc<Workload>,
     faults: Arc<Injector>,
+    rec: Recorder,
+    /// The process incarnation this handler runs in.
+    on: Owner,
 }
 
 impl SimHandler {
-    pub fn new(seed: u64, workload: Arc<Workload>, faults: Arc<Injector>) -> Self {
-        SimHandler { seed, workload, faults }
+    pub fn new(seed: u64, workload: Arc<Workload>, faults: Arc<Injector>, rec: Recorder, on: Owner) -> Self {
+        SimHandler { seed, workload, faults, rec, on }
     }
 
     /// The body's behaviour for one attempt: (work time, error).
@@ -45,8 +54,41 @@ impl SimHandler {
     }
 }
 
+/// Records a body that is dropped before it returns.
+struct Running<'a> {
+    handler: &'a SimHandler,
+    fence: Fence,
+    done: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // Outside the simulation (a runtime being torn down) there is no
+        // simulated time to stamp the record with, and nobody to read it.
+        if !self.done && madsim::time::TimeHandle::try_current().is_some() {
+            self.handler.rec.fact(Fact::BodyStopped { fence: self.fence, on: self.handler.on });
+        }
+    }
+}
+
 impl TaskHandler for SimHandler {
     async fn execute(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
+        let on = self.on;
+        self.rec.fact(Fact::BodyStarted { fence, kind, on });
+        let mut running = Running { handler: self, fence, done: false };
+        let result = self.body(fence, kind).await;
+        running.done = true;
+        self.rec.fact(Fact::BodyEnded { fence, on, error: result.err() });
+        result
+    }
+
+    async fn completed(&self, fence: Fence, _kind: TaskKind) {
+        self.rec.fact(Fact::Callback { fence, on: self.on });
+    }
+}
+
+impl SimHandler {
+    async fn body(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
         let (work_ms, mut error) = self.behaviour(fence, kind);
         if let Some(e) = self.faults.roll(FaultKind::SlowPreparation) {
             let prep_ms = upto(e.magnitude_ms.max(0) as u64);

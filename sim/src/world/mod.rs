@@ -11,18 +11,23 @@ mod handler;
 mod injector;
 pub mod net;
 mod store_node;
+pub mod tap;
+pub mod variant;
 mod workload;
 
 pub use handler::{mix, SimHandler};
+pub use variant::{Variant, VariantRef};
 pub use workload::{plan, Action};
 
 use crate::faults::{FaultKind, FaultPlan};
 use crate::history::{Record, Recorder, WorldEvent};
 use crate::scenario::Scenario;
+use crate::truth::{ClientAnswer, ClientCall, Fact, Sender};
 use controller::Controller;
 use injector::Injector;
 use leasesim::client::Client;
 use leasesim::clock::TokioClock;
+use leasesim::config::EngineConfig;
 use leasesim::event::Observer;
 use leasesim::ids::Owner;
 use leasesim::store::server::StoreServer;
@@ -55,6 +60,20 @@ pub struct WorldSpec {
     pub sabotage: Option<Sabotage>,
     /// The history may hold at most this many records.
     pub max_records: usize,
+    /// A test's engine variant (never set outside fitness tests).
+    pub variant: Option<VariantRef>,
+}
+
+impl WorldSpec {
+    /// The configuration the engine runs with: the scenario's, unless a
+    /// variant changes it (the scenario's stays the promise).
+    pub fn engine(&self) -> EngineConfig {
+        let mut cfg = self.scenario.engine.clone();
+        if let Some(VariantRef(variant)) = &self.variant {
+            variant.engine(&mut cfg);
+        }
+        cfg
+    }
 }
 
 /// A deliberate harness failure, at a simulated time.
@@ -78,21 +97,33 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let obs: Arc<dyn Observer> = Arc::new(rec.clone());
     let faults = Arc::new(Injector::new(spec.plan.clone(), rec.clone()));
     let control = Arc::new(Controller::new(handle.clone(), rec.clone()));
+    let engine = spec.engine();
+    let variant = spec.variant.as_ref().map(|v| v.0.clone());
 
-    let server = Arc::new(StoreServer::new(scenario.engine.clone(), Arc::new(TokioClock::new(origin, 0)), obs.clone()));
+    let server = Arc::new(StoreServer::new(engine.clone(), Arc::new(TokioClock::new(origin, 0)), obs.clone()));
     let store = Arc::new(StoreNode {
         server: server.clone(),
         faults: faults.clone(),
         control: control.clone(),
+        rec: rec.clone(),
+        tap: tap::Tap::default(),
+        next_req: Default::default(),
         max_downtime_ms: scenario.faults.max_downtime_ms,
+        variant: variant.clone(),
     });
+    let store_for_node = store.clone();
+    let store_variant = variant.clone();
     let store_node = handle
         .create_node()
         .name("store")
         .ip(net::store_ip())
         .init(move || {
-            let store = store.clone();
+            let store = store_for_node.clone();
+            let extra = store_variant.as_ref().and_then(|v| v.store_process(store.server.clone()));
             async move {
+                if let Some(extra) = extra {
+                    tokio::spawn(extra);
+                }
                 let ep = Endpoint::bind(net::addr(net::store_ip())).await.expect("store binds its address");
                 net::serve_store(ep, store).await;
             }
@@ -105,21 +136,23 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
             faults.inject(FaultKind::ClockOffset, format!("p{proc} clock offset {offset_ms} ms"));
             rec.world(WorldEvent::ClockOffset { proc, offset_ms });
         }
-        spawn_worker(&handle, &scenario, seed, proc, origin, offset_ms, &rec, &faults, &control);
+        let worker = WorkerSpec { scenario: &scenario, engine: &engine, seed, proc, origin, offset_ms };
+        spawn_worker(&handle, worker, &rec, &faults, &control, &variant);
     }
 
-    let client_scenario = scenario.clone();
-    let client_obs = obs.clone();
-    let client_node = handle
-        .create_node()
-        .name("client")
-        .ip(net::client_ip())
-        .init(move || {
-            let scenario = client_scenario.clone();
-            let obs = client_obs.clone();
-            async move { run_client(scenario, seed, obs).await }
-        })
-        .build();
+    let client_node = {
+        let (scenario, rec, variant) = (scenario.clone(), rec.clone(), variant.clone());
+        let rpc_timeout_ms = engine.rpc_timeout_ms;
+        handle
+            .create_node()
+            .name("client")
+            .ip(net::client_ip())
+            .init(move || {
+                let (scenario, rec, variant) = (scenario.clone(), rec.clone(), variant.clone());
+                async move { run_client(scenario, seed, rpc_timeout_ms, rec, variant).await }
+            })
+            .build()
+    };
 
     if let Some(sabotage) = spec.sabotage {
         let rec = rec.clone();
@@ -140,7 +173,22 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     handle.kill(client_node.id());
     handle.kill(store_node.id());
 
-    let tasks = server.with_store(|s| s.tasks().map(|t| (t.id, (t.spec.kind, t.state))).collect());
+    // The last look at the store: anything the tap has not seen yet changed
+    // outside every request's transaction.
+    let drift = store.tap.sync(&server, tap::Scope::ALL);
+    if !drift.is_empty() {
+        rec.fact(Fact::Drift { commit: drift });
+    }
+    let (tasks, last) = server.with_store(|s| {
+        let tasks = s.tasks().map(|t| (t.id, (t.spec.kind, t.state))).collect();
+        let last = Fact::Final {
+            tasks: s.tasks().cloned().collect(),
+            stages: s.stages().map(|(stage, row)| (*stage, row.clone())).collect(),
+            materialized: s.materialized().collect(),
+        };
+        (tasks, last)
+    });
+    rec.fact(last);
     WorldResult { history: rec.take(), tasks, end_ms }
 }
 
@@ -203,65 +251,97 @@ async fn drive_process_faults(plan: &FaultPlan, faults: &Injector, control: &Con
     tokio::time::sleep_until(start + Duration::from_millis(fault_phase_ms)).await;
 }
 
-#[allow(clippy::too_many_arguments)]
-fn spawn_worker(
-    handle: &Handle,
-    scenario: &Arc<Scenario>,
+/// One worker process to build: where it runs and how its clock reads.
+struct WorkerSpec<'a> {
+    scenario: &'a Arc<Scenario>,
+    engine: &'a EngineConfig,
     seed: u64,
     proc: u32,
     origin: tokio::time::Instant,
     offset_ms: i64,
+}
+
+fn spawn_worker(
+    handle: &Handle,
+    w: WorkerSpec<'_>,
     rec: &Recorder,
     faults: &Arc<Injector>,
     control: &Controller,
+    variant: &Option<Arc<dyn Variant>>,
 ) {
+    let WorkerSpec { scenario, seed, proc, origin, offset_ms, .. } = w;
     let incarnation = Arc::new(AtomicU32::new(0));
     let peers: Vec<_> =
         (1..=scenario.topology.workers).filter(|&p| p != proc).map(|p| net::addr(net::worker_ip(p))).collect();
-    let (scenario, rec, counter) = (scenario.clone(), rec.clone(), incarnation.clone());
-    let handler = SimHandler::new(seed, Arc::new(scenario.workload.clone()), faults.clone());
+    let (engine, rec, counter) = (w.engine.clone(), rec.clone(), incarnation.clone());
+    let (workload, faults, variant) = (Arc::new(scenario.workload.clone()), faults.clone(), variant.clone());
     let node = handle
         .create_node()
         .name(format!("worker-{proc}"))
         .ip(net::worker_ip(proc))
         .init(move || {
-            let (scenario, rec, peers, handler) = (scenario.clone(), rec.clone(), peers.clone(), handler.clone());
+            let (engine, rec, peers, variant) = (engine.clone(), rec.clone(), peers.clone(), variant.clone());
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let owner = Owner { proc, incarnation };
+            let handler = SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner);
             async move {
-                let owner = Owner { proc, incarnation };
                 rec.world(WorldEvent::ProcessUp { owner });
-                let transport = net::SimTransport::bind(net::worker_ip(proc), incarnation, peers)
-                    .await
-                    .expect("worker binds its address");
+                let transport = net::SimTransport::bind(
+                    net::worker_ip(proc),
+                    incarnation,
+                    peers,
+                    Sender::Worker(owner),
+                    rec.clone(),
+                )
+                .await
+                .expect("worker binds its address")
+                .with_variant(variant);
                 let clock = Arc::new(TokioClock::new(origin, offset_ms));
-                Worker::new(scenario.engine.clone(), owner, transport, handler, clock, Arc::new(rec)).run().await;
+                Worker::new(engine, owner, transport, handler, clock, Arc::new(rec)).run().await;
             }
         })
         .build();
     control.add_worker(proc, node.id(), incarnation);
 }
 
-/// The client plays the workload plan: enqueues, pipelines and index queries.
-async fn run_client(scenario: Arc<Scenario>, seed: u64, obs: Arc<dyn Observer>) {
-    let transport = net::SimTransport::bind(net::client_ip(), 0, Vec::new()).await.expect("client binds its address");
-    let client = Arc::new(Client::new(transport, obs, scenario.engine.rpc_timeout_ms));
+/// The client plays the workload plan: enqueues, pipelines and index
+/// queries. This is the client seam: every call and every answer the
+/// application got is recorded, and each call sends under its own number.
+async fn run_client(
+    scenario: Arc<Scenario>,
+    seed: u64,
+    rpc_timeout_ms: u64,
+    rec: Recorder,
+    variant: Option<Arc<dyn Variant>>,
+) {
+    let transport = net::SimTransport::bind(net::client_ip(), 0, Vec::new(), Sender::Client(0), rec.clone())
+        .await
+        .expect("client binds its address")
+        .with_variant(variant);
+    let obs: Arc<dyn Observer> = Arc::new(rec.clone());
     let start = tokio::time::Instant::now();
-    for (at_ms, action) in plan(seed, &scenario.workload) {
+    for (n, (at_ms, action)) in plan(seed, &scenario.workload).into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
-        let client = client.clone();
+        let call = n as u64 + 1;
+        let client = Client::new(transport.as_sender(Sender::Client(call)), obs.clone(), rpc_timeout_ms);
+        let rec = rec.clone();
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {
-            match action {
+            let answer = match action {
                 Action::Enqueue(spec) => {
-                    client.enqueue(spec).await;
+                    rec.fact(Fact::ClientCalled { call, what: ClientCall::Enqueue { spec: spec.clone() } });
+                    ClientAnswer::Enqueued { task: client.enqueue(spec).await }
                 }
                 Action::CreatePipeline { pipeline, stages } => {
-                    client.create_pipeline(pipeline, stages).await;
+                    rec.fact(Fact::ClientCalled { call, what: ClientCall::CreatePipeline { pipeline, stages } });
+                    ClientAnswer::PipelineCreated { ok: client.create_pipeline(pipeline, stages).await }
                 }
                 Action::Query { index, lag_timeout_ms } => {
-                    client.query_index(index, lag_timeout_ms).await;
+                    rec.fact(Fact::ClientCalled { call, what: ClientCall::Query { index, lag_timeout_ms } });
+                    ClientAnswer::Queried { materialized: client.query_index(index, lag_timeout_ms).await }
                 }
-            }
+            };
+            rec.fact(Fact::ClientAnswered { call, answer });
         });
     }
     std::future::pending::<()>().await;

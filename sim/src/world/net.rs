@@ -4,10 +4,15 @@
 //! Every process binds one endpoint. A call is a request datagram to the
 //! store and a reply datagram back under a fresh tag; a lost or clogged
 //! datagram simply never arrives, and the caller's own deadline decides how
-//! long it waits. The store side of the network is where store faults enter
-//! (see `faults` once it exists): this module only carries messages.
+//! long it waits. Every request travels with its [`Sender`], stamped here by
+//! the harness (not taken from the request), so the store seam knows who
+//! really sent it. Store faults enter at the store seam (`store_node`); this
+//! module only carries messages, and records the peer notes it carries.
 
 use super::store_node::StoreNode;
+use super::variant::Variant;
+use crate::history::Recorder;
+use crate::truth::{Fact, Sender};
 use leasesim::proto::{PeerNote, Request, Response, RpcError, Transport};
 use madsim::net::Endpoint;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,12 +42,17 @@ pub fn addr(ip: IpAddr) -> SocketAddr {
     SocketAddr::new(ip, PORT)
 }
 
-/// A request as it travels: the tag its reply must carry, and the request.
-pub type Envelope = (u64, Request);
+/// A request as it travels: the tag its reply must carry, who sent it, and
+/// the request.
+pub type Envelope = (u64, Sender, Request);
 
 #[derive(Clone)]
 pub struct SimTransport {
     inner: Arc<Inner>,
+    /// Who this handle sends as (a client call gets a handle of its own).
+    origin: Sender,
+    /// A test's engine variant that sees every call first.
+    variant: Option<Arc<dyn Variant>>,
 }
 
 struct Inner {
@@ -50,29 +60,60 @@ struct Inner {
     store: SocketAddr,
     peers: Vec<SocketAddr>,
     next_tag: AtomicU64,
+    rec: Recorder,
 }
 
 impl SimTransport {
     /// Binds this process's endpoint. `incarnation` keeps reply tags of a
     /// restarted process apart from those of its previous life.
-    pub async fn bind(ip: IpAddr, incarnation: u32, peers: Vec<SocketAddr>) -> std::io::Result<Self> {
+    pub async fn bind(
+        ip: IpAddr,
+        incarnation: u32,
+        peers: Vec<SocketAddr>,
+        origin: Sender,
+        rec: Recorder,
+    ) -> std::io::Result<Self> {
         let ep = Endpoint::bind(addr(ip)).await?;
         let next_tag = AtomicU64::new(((incarnation as u64) + 1) << 40);
-        Ok(SimTransport { inner: Arc::new(Inner { ep, store: addr(store_ip()), peers, next_tag }) })
+        let inner = Arc::new(Inner { ep, store: addr(store_ip()), peers, next_tag, rec });
+        Ok(SimTransport { inner, origin, variant: None })
+    }
+
+    /// The same endpoint, sending as `origin` (one client call).
+    pub fn as_sender(&self, origin: Sender) -> Self {
+        SimTransport { origin, ..self.clone() }
+    }
+
+    pub fn with_variant(mut self, variant: Option<Arc<dyn Variant>>) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// One request datagram out, one reply datagram back.
+    async fn send(&self, req: Request) -> Result<Response, RpcError> {
+        let inner = &self.inner;
+        let tag = inner.next_tag.fetch_add(1, Ordering::Relaxed);
+        let envelope: Envelope = (tag, self.origin, req);
+        inner.ep.send_to_raw(inner.store, REQUEST_TAG, Box::new(envelope)).await.map_err(|_| RpcError::Unavailable)?;
+        let (payload, _) = inner.ep.recv_from_raw(tag).await.map_err(|_| RpcError::Unavailable)?;
+        Ok(*payload.downcast::<Response>().expect("a reply carries a Response"))
     }
 }
 
 impl Transport for SimTransport {
     async fn call(&self, req: Request) -> Result<Response, RpcError> {
-        let inner = &self.inner;
-        let tag = inner.next_tag.fetch_add(1, Ordering::Relaxed);
-        let envelope: Envelope = (tag, req);
-        inner.ep.send_to_raw(inner.store, REQUEST_TAG, Box::new(envelope)).await.map_err(|_| RpcError::Unavailable)?;
-        let (payload, _) = inner.ep.recv_from_raw(tag).await.map_err(|_| RpcError::Unavailable)?;
-        Ok(*payload.downcast::<Response>().expect("a reply carries a Response"))
+        let Some(variant) = &self.variant else {
+            return self.send(req).await;
+        };
+        let plain = SimTransport { variant: None, ..self.clone() };
+        let send: super::variant::Call<'_> = Box::new(move |req| Box::pin(async move { plain.send(req).await }));
+        variant.call(self.origin.owner(), req, send).await
     }
 
     async fn notify_peers(&self, note: PeerNote) {
+        if let Sender::Worker(from) = self.origin {
+            self.inner.rec.fact(Fact::NoteSent { from, note });
+        }
         for peer in &self.inner.peers {
             let _ = self.inner.ep.send_to_raw(*peer, NOTE_TAG, Box::new(note)).await;
         }
@@ -80,7 +121,11 @@ impl Transport for SimTransport {
 
     async fn recv_note(&self) -> Option<PeerNote> {
         let (payload, _) = self.inner.ep.recv_from_raw(NOTE_TAG).await.ok()?;
-        Some(*payload.downcast::<PeerNote>().expect("a note carries a PeerNote"))
+        let note = *payload.downcast::<PeerNote>().expect("a note carries a PeerNote");
+        if let Sender::Worker(to) = self.origin {
+            self.inner.rec.fact(Fact::NoteDelivered { to, note });
+        }
+        Some(note)
     }
 }
 
@@ -91,12 +136,12 @@ pub async fn serve_store(ep: Endpoint, store: Arc<StoreNode>) {
         let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
             return;
         };
-        let (tag, req) = *payload.downcast::<Envelope>().expect("a request carries an Envelope");
+        let (tag, sender, req) = *payload.downcast::<Envelope>().expect("a request carries an Envelope");
         let ep = ep.clone();
         let store = store.clone();
         tokio::spawn(async move {
             // `None`: the answer is never sent (the store seam dropped it).
-            if let Some(resp) = store.handle(req).await {
+            if let Some(resp) = store.handle(sender, req).await {
                 let _ = ep.send_to_raw(from, tag, Box::new(resp)).await;
             }
         });

@@ -5,12 +5,21 @@
 //! commits), late replies, hung outcome writes, transaction timeouts,
 //! dropped heartbeats, hung maintenance passes, and long polls whose caller
 //! is killed while they are open.
+//!
+//! It is also where the harness records the store's ground truth: every
+//! request that arrived and who sent it, what became of it, what the store
+//! answered and what that answer's transaction changed (via the [`Tap`]).
 
 use super::controller::Controller;
 use super::injector::{chance, upto, Injector};
+use super::tap::{Scope, Tap};
+use super::variant::Variant;
 use crate::faults::FaultKind;
+use crate::history::Recorder;
+use crate::truth::{Fact, Reply, Sender};
 use leasesim::proto::{Rejection, Request, Response};
 use leasesim::store::server::StoreServer;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +27,14 @@ pub struct StoreNode {
     pub server: Arc<StoreServer>,
     pub faults: Arc<Injector>,
     pub control: Arc<Controller>,
+    pub rec: Recorder,
+    pub tap: Tap,
+    /// Numbers the requests that reach the store.
+    pub next_req: AtomicU64,
     /// Longest downtime of a process killed under an open long poll.
     pub max_downtime_ms: u64,
+    /// A test's engine variant, serving requests in place of the store.
+    pub variant: Option<Arc<dyn Variant>>,
 }
 
 /// What happens to the reply once the request was applied.
@@ -32,7 +47,10 @@ enum After {
 
 impl StoreNode {
     /// Serves one request. `None` means no answer is ever sent.
-    pub async fn handle(&self, req: Request) -> Option<Response> {
+    pub async fn handle(&self, from: Sender, req: Request) -> Option<Response> {
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
+        let arrived_ms = self.rec.now_ms();
+        self.rec.fact(Fact::Arrived { req: id, from, request: req.clone() });
         let f = &self.faults;
         let op = req.op_name();
 
@@ -44,6 +62,7 @@ impl StoreNode {
         if let Request::Heartbeat { owner } = &req {
             if f.active_for(FaultKind::MissedHeartbeat, owner.proc).is_some() {
                 f.inject(FaultKind::MissedHeartbeat, format!("heartbeat of {owner} dropped"));
+                self.rec.fact(Fact::Dropped { req: id });
                 return None;
             }
         }
@@ -51,6 +70,7 @@ impl StoreNode {
         if f.roll(FaultKind::MessageLoss).is_some() {
             if chance(0.5) {
                 f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
+                self.rec.fact(Fact::Dropped { req: id });
                 return None;
             }
             after = After::Lose;
@@ -78,7 +98,9 @@ impl StoreNode {
                 let magnitude = e.magnitude_ms;
                 f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
-                return Some(Response::Rejected { reason: Rejection::Conflict });
+                let response = Response::Rejected { reason: Rejection::Conflict };
+                self.rec.fact(Fact::Refused { req: id, response: response.clone() });
+                return Some(response);
             }
         }
         match &req {
@@ -114,7 +136,7 @@ impl StoreNode {
             }
         }
 
-        let resp = self.server.handle(req).await;
+        let resp = self.apply(id, arrived_ms, req, &after).await;
 
         match after {
             After::Send => {}
@@ -125,7 +147,42 @@ impl StoreNode {
             After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             After::Hold(magnitude) => f.hold(magnitude).await,
         }
+        if !matches!(after, After::Send) {
+            self.rec.fact(Fact::Replied { req: id });
+        }
         Some(resp)
+    }
+
+    /// Hands the request to the engine's store and records what it answered
+    /// and what its transaction changed. The store's rows in the request's
+    /// scope are first checked against the tap's mirror: a difference there
+    /// happened outside any request (drift).
+    async fn apply(&self, id: u64, arrived_ms: u64, req: Request, after: &After) -> Response {
+        let scope = Scope::of(&req);
+        let drift = self.tap.sync(&self.server, scope);
+        if !drift.is_empty() {
+            self.rec.fact(Fact::Drift { commit: drift });
+        }
+        // Held requests say when the store took them, for the checkers that
+        // judge what a store does while it holds one.
+        let held =
+            matches!(req, Request::Claim { wait_ms, .. } if wait_ms > 0) || matches!(req, Request::QueryIndex { .. });
+        if held || self.rec.now_ms() > arrived_ms {
+            self.rec.fact(Fact::Handed { req: id });
+        }
+        let response = match &self.variant {
+            Some(variant) => variant.store(&self.server, req).await,
+            None => self.server.handle(req).await,
+        };
+        // Same poll as the store's last apply: no other transaction between.
+        let commit = self.tap.sync(&self.server, scope);
+        let reply = match after {
+            After::Send => Reply::Sent,
+            After::Lose => Reply::Lost,
+            After::Delay(_) | After::Hold(_) => Reply::Late,
+        };
+        self.rec.fact(Fact::Answered { req: id, response: response.clone(), commit, reply });
+        response
     }
 
     fn kill_later(&self, proc: u32, after_ms: u64) {

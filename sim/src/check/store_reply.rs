@@ -1,0 +1,334 @@
+//! store-reply: what the store tells a caller is what its transaction did,
+//! and the transaction does only what the request asks for.
+//!
+//! Judged at the store seam, answer by answer: the request as it arrived, the
+//! answer the store gave, and the rows the harness read before and after.
+//! A claim grants at most what was asked and reports every grant it made; a
+//! fenced write reports "applied" exactly when it changed its task, and is
+//! refused only when its fence no longer holds; reads change nothing and
+//! tell the truth (lease checks, pipeline snapshots); recovery passes only
+//! release; an enqueue creates exactly the task it names.
+
+use super::view::held_by;
+use super::{answer, Answer, Checker, Ctx, Violation};
+use crate::history::Record;
+use crate::truth::TaskChange;
+use leasesim::ids::{Fence, StageRef};
+use leasesim::proto::{Grant, Request, Response};
+use leasesim::task::{TaskKind, TaskState};
+
+pub const NAME: &str = "store-reply";
+
+#[derive(Default)]
+pub struct StoreReply {
+    evaluations: u64,
+}
+
+fn is_release(c: &TaskChange) -> bool {
+    c.before.as_ref().is_some_and(|b| {
+        b.state == TaskState::Leased
+            && c.after.state == TaskState::Ready
+            && c.after.owner.is_none()
+            && b.attempt == c.after.attempt
+            && b.retries == c.after.retries
+    })
+}
+
+/// A claim may take a ready task, or one whose lease had expired.
+fn is_grant_to(c: &TaskChange, owner: leasesim::ids::Owner, now: u64) -> bool {
+    let takeable = |b: &leasesim::task::Task| {
+        b.state == TaskState::Ready || (b.state == TaskState::Leased && b.lease_expiry_ms.is_some_and(|e| e <= now))
+    };
+    c.before.as_ref().is_some_and(takeable) && c.after.state == TaskState::Leased && c.after.owner == Some(owner)
+}
+
+/// The stages due in the view: not done, no task, previous stage done.
+fn due_stages(ctx: &Ctx) -> Vec<StageRef> {
+    let stages = &ctx.view.stages;
+    stages
+        .iter()
+        .filter(|(stage, s)| {
+            let previous_done = stage.index == 0
+                || stages
+                    .get(&StageRef { pipeline: stage.pipeline, index: stage.index - 1 })
+                    .is_some_and(|p| p.done.is_some());
+            !s.row.done && s.row.task.is_none() && previous_done
+        })
+        .map(|(stage, _)| *stage)
+        .collect()
+}
+
+/// What is wrong with this answer, if anything.
+fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
+    let (c, resp) = (a.commit, a.response);
+    let row_before = |fence: &Fence| match c.task(fence.task).and_then(|ch| ch.before.clone()) {
+        Some(row) => Some(row),
+        None => ctx.view.task(fence.task).map(|t| t.row.clone()),
+    };
+    let changed = |fence: &Fence| c.task(fence.task).is_some();
+    match &a.request.request {
+        Request::Heartbeat { .. } | Request::QueryIndex { .. } if !c.is_empty() => {
+            Some("a read changed the store".into())
+        }
+        Request::LeaseValid { fence } => {
+            let row = row_before(fence)?;
+            let valid = held_by(&row, fence) && row.lease_expiry_ms.is_none_or(|e| e > now);
+            match resp {
+                _ if !c.is_empty() => Some("a lease check changed the store".into()),
+                Response::Valid { valid: v } if *v != valid => Some(format!(
+                    "lease check of {fence} answered valid={v}, but the lease is {}",
+                    if valid { "valid" } else { "not valid" }
+                )),
+                _ => None,
+            }
+        }
+        Request::PipelineSnapshot { .. } => match resp {
+            _ if !c.is_empty() => Some("a snapshot changed the store".into()),
+            Response::Snapshot { due } if *due != due_stages(ctx) => {
+                Some(format!("snapshot answered due stages {due:?}; due were {:?}", due_stages(ctx)))
+            }
+            _ => None,
+        },
+        Request::Claim { owner, max, .. } => {
+            let Response::Claimed { grants } = resp else { return Some(format!("a claim answered {resp:?}")) };
+            if grants.len() as u32 > *max {
+                return Some(format!("a claim for at most {max} answered {} grants", grants.len()));
+            }
+            if let Some(ch) = c.tasks.iter().find(|ch| !is_grant_to(ch, *owner, now)) {
+                return Some(format!("a claim by {owner} changed t{} without granting it to {owner}", ch.after.id));
+            }
+            let committed: Vec<Grant> = c
+                .tasks
+                .iter()
+                .map(|ch| Grant {
+                    fence: Fence { task: ch.after.id, attempt: ch.after.attempt, owner: *owner },
+                    kind: ch.after.spec.kind,
+                    lease_expiry_ms: ch.after.lease_expiry_ms,
+                })
+                .collect();
+            let mut told = grants.clone();
+            told.sort_by_key(|g| g.fence);
+            let mut done = committed.clone();
+            done.sort_by_key(|g| g.fence);
+            (told != done).then(|| format!("a claim answered grants {told:?} but committed {done:?}"))
+        }
+        Request::Renew { fence } => {
+            let held = row_before(fence).is_some_and(|r| held_by(&r, fence));
+            match resp {
+                Response::Renewed { lease_expiry_ms } => {
+                    let after = c.task(fence.task).map(|ch| ch.after.lease_expiry_ms);
+                    let heartbeat_owned = row_before(fence).is_some_and(|r| r.lease_expiry_ms.is_none());
+                    let unchanged = row_before(fence).and_then(|r| r.lease_expiry_ms) == Some(*lease_expiry_ms);
+                    match after {
+                        Some(Some(e)) if e == *lease_expiry_ms && held => None,
+                        // Renewed twice in one instant: the second changes nothing.
+                        None if (heartbeat_owned || unchanged) && held => None,
+                        _ => Some(format!(
+                            "renewal of {fence} answered expiry {lease_expiry_ms} ms; committed {after:?}"
+                        )),
+                    }
+                }
+                Response::Rejected { reason } if held => {
+                    Some(format!("renewal of {fence} refused ({reason:?}) while it held the task"))
+                }
+                Response::Rejected { .. } if changed(fence) => {
+                    Some(format!("refused renewal of {fence} changed the task"))
+                }
+                _ => None,
+            }
+        }
+        Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
+            let held = row_before(fence).is_some_and(|r| held_by(&r, fence));
+            let what = a.request.request.op_name();
+            match resp {
+                Response::Applied { retries, retry_at_ms } => {
+                    let stage_write = matches!(a.request.request, Request::ClearStageLink { .. });
+                    let Some(ch) = c.task(fence.task) else {
+                        return (!stage_write)
+                            .then(|| format!("{what} of {fence} answered applied but changed nothing"));
+                    };
+                    let committed_at = (ch.after.state == TaskState::Ready).then_some(ch.after.retry_at_ms);
+                    let fail = matches!(a.request.request, Request::Fail { .. });
+                    if *retries != ch.after.retries || (fail && *retry_at_ms != committed_at) {
+                        return Some(format!(
+                            "{what} of {fence} answered retries {retries}, retry at {retry_at_ms:?}; committed {}, {committed_at:?}",
+                            ch.after.retries
+                        ));
+                    }
+                    None
+                }
+                Response::Rejected { reason } if held => {
+                    Some(format!("{what} of {fence} refused ({reason:?}) while it held the task"))
+                }
+                Response::Rejected { .. } if !c.is_empty() => {
+                    Some(format!("refused {what} of {fence} changed the store"))
+                }
+                _ => None,
+            }
+        }
+        Request::Enqueue { spec } => {
+            let created: Vec<&TaskChange> = c.tasks.iter().filter(|ch| ch.before.is_none()).collect();
+            match resp {
+                Response::Enqueued { task } => match created.as_slice() {
+                    [one] if one.after.id == *task && one.after.spec == *spec && c.tasks.len() == 1 => None,
+                    _ => Some(format!("enqueue answered t{task}; committed {} rows", c.tasks.len())),
+                },
+                _ if !c.is_empty() => Some(format!("a refused enqueue changed the store ({resp:?})")),
+                _ => None,
+            }
+        }
+        Request::EnqueueStage { stage } => match resp {
+            Response::Enqueued { task } => {
+                let ok = c.tasks.len() == 1
+                    && c.tasks[0].before.is_none()
+                    && c.tasks[0].after.id == *task
+                    && c.tasks[0].after.spec.kind == TaskKind::Stage
+                    && c.tasks[0].after.spec.stage == Some(*stage);
+                (!ok).then(|| format!("stage enqueue of {stage} answered t{task}; committed {} rows", c.tasks.len()))
+            }
+            _ if !c.is_empty() => Some(format!("a refused stage enqueue of {stage} changed the store")),
+            _ => None,
+        },
+        Request::ReleaseDead { .. }
+        | Request::ReclaimExpired { .. }
+        | Request::Repair { .. }
+        | Request::ReleaseOrphans { .. } => {
+            let Response::Released { tasks } = resp else { return Some(format!("a recovery pass answered {resp:?}")) };
+            if let Some(ch) = c.tasks.iter().find(|ch| !is_release(ch)) {
+                return Some(format!("{} changed t{} without releasing it", a.request.request.op_name(), ch.after.id));
+            }
+            if let Request::ReleaseOrphans { owner, .. } = &a.request.request {
+                if let Some(ch) = c.tasks.iter().find(|ch| ch.before.as_ref().and_then(|b| b.owner) != Some(*owner)) {
+                    return Some(format!("release of {owner}'s orphans released t{}, not {owner}'s", ch.after.id));
+                }
+            }
+            (*tasks as usize != c.tasks.len()).then(|| {
+                format!("{} answered {tasks} released, committed {}", a.request.request.op_name(), c.tasks.len())
+            })
+        }
+        Request::CreatePipeline { pipeline, stages } => {
+            let stray = c.stages.iter().find(|s| s.stage.pipeline != *pipeline || s.stage.index >= *stages);
+            match stray {
+                _ if !c.tasks.is_empty() => Some("creating a pipeline changed task rows".into()),
+                Some(s) => Some(format!("creating pipeline {pipeline} changed stage {}", s.stage)),
+                None => None,
+            }
+        }
+        Request::Maintain { .. } => (!c.tasks.is_empty() || !c.stages.is_empty()).then(|| {
+            format!(
+                "a maintenance pass changed rows it does not own (tasks {}, stages {})",
+                c.tasks.len(),
+                c.stages.len()
+            )
+        }),
+        Request::Heartbeat { .. } | Request::QueryIndex { .. } => None,
+    }
+}
+
+impl Checker for StoreReply {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store seam: every answer matches what its transaction committed, and a transaction changes only what its request asks for"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        let Some(a) = answer(rec, ctx) else { return };
+        self.evaluations += 1;
+        if let Some(problem) = judge(&a, ctx, now) {
+            let mut v = Violation::new(
+                NAME,
+                now,
+                format!(
+                    "request {} ({} from {}) at {now} ms: {problem}",
+                    a.req,
+                    a.request.request.op_name(),
+                    a.request.from
+                ),
+            );
+            let fenced = match &a.request.request {
+                Request::Renew { fence }
+                | Request::LeaseValid { fence }
+                | Request::Complete { fence }
+                | Request::Fail { fence, .. }
+                | Request::ClearStageLink { fence } => Some(fence.task),
+                _ => None,
+            };
+            if let Some(task) = fenced.or_else(|| a.commit.tasks.first().map(|c| c.after.id)) {
+                v = v.task(task);
+            }
+            out.push(v);
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::check::testkit::{cases, fence, o, H, PASS};
+    use crate::truth::Sender;
+    use leasesim::event::Event;
+    use leasesim::ids::StageRef;
+    use leasesim::proto::{Grant, Rejection, Request, Response};
+    use leasesim::task::{Task, TaskKind, TaskState};
+
+    cases! {
+        truthful_answers_pass:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).pipeline(9, 2)
+                .attempt_ok(10, 1, 1, o(1, 1))
+                .answer(Sender::Worker(o(1, 1)), Request::PipelineSnapshot { by: o(1, 1) },
+                    Response::Snapshot { due: vec![StageRef { pipeline: 9, index: 0 }] }, vec![], &[])
+                .build()
+            => PASS;
+        claim_reports_fewer_grants_than_it_made:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).answer(
+                    Sender::Worker(o(1, 1)),
+                    Request::Claim { owner: o(1, 1), max: 2, wait_ms: 0 },
+                    Response::Claimed { grants: vec![Grant { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None }] },
+                    vec![
+                        Event::LeaseGranted { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 },
+                        Event::LeaseGranted { fence: fence(2, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 },
+                    ],
+                    &[
+                        (1, &|t: &mut Task| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; }),
+                        (2, &|t: &mut Task| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; }),
+                    ],
+                )
+                .build()
+            => &[(NAME, Some(1))];
+        valid_completion_refused:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true)
+                .answer(Sender::Worker(o(1, 1)), Request::Complete { fence: fence(1, 1, o(1, 1)) },
+                    Response::Rejected { reason: Rejection::NotOwner }, vec![], &[])
+                .unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1))];
+        lease_check_says_valid_after_expiry:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(2_000).renew(1, 1, o(1, 1))
+                .at(4_000).finished(1, 1, o(1, 1), false)
+                .at(5_000).answer(Sender::Worker(o(1, 1)), Request::LeaseValid { fence: fence(1, 1, o(1, 1)) },
+                    Response::Valid { valid: true }, vec![], &[])
+                .unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1))];
+        heartbeat_changes_a_task:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Request::Heartbeat { owner: o(1, 1) }, Response::Ack,
+                    vec![Event::HeartbeatApplied { owner: o(1, 1) }],
+                    &[(1, &|t: &mut Task| t.retry_at_ms = 99)])
+                .build()
+            => &[(NAME, Some(1))];
+    }
+}

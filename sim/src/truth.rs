@@ -1,0 +1,264 @@
+//! Ground truth: what the harness itself saw at the seams it owns.
+//!
+//! The engine's own events ([`leasesim::event::Event`]) are testimony: the
+//! engine says what it did. A [`Fact`] is recorded by the harness at a seam
+//! the engine cannot talk its way past:
+//!
+//! - the **store seam** (`world::store_node`): every request that reached the
+//!   store process, who sent it (as the network saw it, not as the request
+//!   claims), what the harness did with it, what the engine's store answered,
+//!   and what that answer's transaction changed in the store, read by the
+//!   harness itself ([`Commit`], see `world::tap`);
+//! - the **task-body seam** (`world::handler`): every execution of a task body
+//!   as the body saw it, on which process, and how it ended; and every
+//!   completion callback the application received;
+//! - the **client seam** (`world::run_client`): every call the application
+//!   made and every answer it got;
+//! - the **network seam** (`world::net`): every peer note sent and delivered;
+//! - **process control** (`world::controller`): partitions (kills, pauses and
+//!   restarts are [`crate::history::WorldEvent`]s).
+//!
+//! Checkers judge facts; engine events are cross-checked against them.
+
+use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId};
+use leasesim::proto::{PeerNote, Request, Response};
+use leasesim::store::StageRow;
+use leasesim::task::{Task, TaskKind, TaskSpec};
+use serde::{Deserialize, Serialize};
+
+/// Who sent a request, as the network saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sender {
+    /// A worker process incarnation.
+    Worker(Owner),
+    /// One call of the application's client (numbered per run).
+    Client(u64),
+}
+
+impl Sender {
+    pub fn owner(self) -> Option<Owner> {
+        match self {
+            Sender::Worker(owner) => Some(owner),
+            Sender::Client(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::Worker(owner) => write!(f, "{owner}"),
+            Sender::Client(call) => write!(f, "client call {call}"),
+        }
+    }
+}
+
+/// One task row changed by a transaction (`before` is `None` for a new row).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskChange {
+    pub before: Option<Task>,
+    pub after: Task,
+}
+
+/// One stage row changed by a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StageChange {
+    pub stage: StageRef,
+    pub before: Option<StageRow>,
+    pub after: StageRow,
+}
+
+/// What one answer's transaction changed in the store, row by row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Commit {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskChange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageChange>,
+    /// Indexes that became materialized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub materialized: Vec<IndexId>,
+}
+
+impl Commit {
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.stages.is_empty() && self.materialized.is_empty()
+    }
+
+    pub fn task(&self, id: TaskId) -> Option<&TaskChange> {
+        self.tasks.iter().find(|c| c.after.id == id)
+    }
+}
+
+/// What became of an answer once the store had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reply {
+    /// Sent at once.
+    Sent,
+    /// Lost on the way back: the caller never hears of it (an ambiguous commit
+    /// when the transaction changed something).
+    Lost,
+    /// Held back; a [`Fact::Replied`] says when it left.
+    Late,
+}
+
+/// A call of the application's client.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientCall {
+    Enqueue { spec: TaskSpec },
+    CreatePipeline { pipeline: u64, stages: u32 },
+    Query { index: IndexId, lag_timeout_ms: u64 },
+}
+
+/// What the application was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAnswer {
+    /// The enqueue's task id (`None`: the call failed or got no answer).
+    Enqueued {
+        task: Option<TaskId>,
+    },
+    PipelineCreated {
+        ok: bool,
+    },
+    Queried {
+        materialized: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "fact", rename_all = "kebab-case")]
+pub enum Fact {
+    // ---- the store seam ----
+    /// A request reached the store process.
+    Arrived {
+        req: u64,
+        from: Sender,
+        request: Request,
+    },
+    /// The harness dropped it before the store saw it (lost on the way, a
+    /// dropped heartbeat). Nothing was applied; no answer will come.
+    Dropped {
+        req: u64,
+    },
+    /// The harness answered for the store (a transaction that timed out):
+    /// nothing was applied.
+    Refused {
+        req: u64,
+        response: Response,
+    },
+    /// The engine's store took the request (after any stall or delay at the
+    /// seam). Recorded when that is later than its arrival, and always for
+    /// requests the store holds open (long polls, lag-bounded queries).
+    Handed {
+        req: u64,
+    },
+    /// The engine's store answered, and this is what its transaction changed.
+    Answered {
+        req: u64,
+        response: Response,
+        commit: Commit,
+        reply: Reply,
+    },
+    /// A late answer left the store process.
+    Replied {
+        req: u64,
+    },
+    /// The store changed outside any request's transaction (found before a
+    /// request was handed over, or at the end of the run).
+    Drift {
+        commit: Commit,
+    },
+    /// The store's whole state at the end of the run, read by the harness.
+    Final {
+        tasks: Vec<Task>,
+        stages: Vec<(StageRef, StageRow)>,
+        materialized: Vec<IndexId>,
+    },
+
+    // ---- the task-body seam ----
+    /// A task body started running on process `on`.
+    BodyStarted {
+        fence: Fence,
+        kind: TaskKind,
+        on: Owner,
+    },
+    /// The body returned (`ok`: it succeeded; else the error it returned).
+    BodyEnded {
+        fence: Fence,
+        on: Owner,
+        error: Option<leasesim::handler::TaskError>,
+    },
+    /// The body was dropped before it returned (its process died, or the
+    /// engine cancelled it).
+    BodyStopped {
+        fence: Fence,
+        on: Owner,
+    },
+    /// The application received a completion callback on process `on`.
+    Callback {
+        fence: Fence,
+        on: Owner,
+    },
+
+    // ---- the client seam ----
+    /// The application made a call.
+    ClientCalled {
+        call: u64,
+        what: ClientCall,
+    },
+    /// ... and got this answer.
+    ClientAnswered {
+        call: u64,
+        answer: ClientAnswer,
+    },
+
+    // ---- the network seam ----
+    NoteSent {
+        from: Owner,
+        note: PeerNote,
+    },
+    NoteDelivered {
+        to: Owner,
+        note: PeerNote,
+    },
+
+    // ---- process control ----
+    /// The process is cut off from the network ...
+    Partitioned {
+        proc: ProcId,
+    },
+    /// ... and joined again.
+    Rejoined {
+        proc: ProcId,
+    },
+}
+
+impl Fact {
+    /// Stable kebab-case name of the fact kind.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fact::Arrived { .. } => "arrived",
+            Fact::Dropped { .. } => "dropped",
+            Fact::Refused { .. } => "refused",
+            Fact::Handed { .. } => "handed",
+            Fact::Answered { .. } => "answered",
+            Fact::Replied { .. } => "replied",
+            Fact::Drift { .. } => "drift",
+            Fact::Final { .. } => "final",
+            Fact::BodyStarted { .. } => "body-started",
+            Fact::BodyEnded { .. } => "body-ended",
+            Fact::BodyStopped { .. } => "body-stopped",
+            Fact::Callback { .. } => "callback",
+            Fact::ClientCalled { .. } => "client-called",
+            Fact::ClientAnswered { .. } => "client-answered",
+            Fact::NoteSent { .. } => "note-sent",
+            Fact::NoteDelivered { .. } => "note-delivered",
+            Fact::Partitioned { .. } => "partitioned",
+            Fact::Rejoined { .. } => "rejoined",
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The store tap: what each answer's transaction changed in the store, read
+//! by the harness itself (not reported by the engine).
+//!
+//! The tap keeps a mirror of the store's rows: tasks, stage rows and the set
+//! of materialized indexes. Each request may change only some rows (its
+//! [`Scope`], from the store's API: a completion touches its own task, its
+//! stage and the index it builds; a claim or a recovery pass any task; a
+//! heartbeat none). The store seam syncs the request's scope twice:
+//!
+//! - right before the request is handed to the engine's store: a difference
+//!   there changed the store *outside* any request's transaction (drift);
+//! - right after the engine's store answered, in the same poll (madsim runs
+//!   one task at a time, and the store applies a request synchronously, so no
+//!   other transaction can interleave): the difference is that answer's
+//!   [`Commit`].
+//!
+//! At the end of the run the whole store is synced once more.
+
+use crate::truth::{Commit, StageChange, TaskChange};
+use leasesim::ids::{IndexId, StageRef, TaskId};
+use leasesim::proto::Request;
+use leasesim::store::server::StoreServer;
+use leasesim::store::{StageRow, Store};
+use leasesim::task::Task;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// The task rows a request may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rows {
+    None,
+    One(TaskId),
+    New,
+    All,
+}
+
+/// The stage rows a request may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StageRows {
+    None,
+    One(StageRef),
+    /// The stage of this task, if it has one.
+    OfTask(TaskId),
+    All,
+}
+
+/// The rows one request may change, as the store's API describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope {
+    tasks: Rows,
+    stages: StageRows,
+    materialized: bool,
+}
+
+impl Scope {
+    /// Every row (the end-of-run sync).
+    pub const ALL: Scope = Scope { tasks: Rows::All, stages: StageRows::All, materialized: true };
+    const NOTHING: Scope = Scope { tasks: Rows::None, stages: StageRows::None, materialized: false };
+
+    pub fn of(req: &Request) -> Scope {
+        let tasks = |tasks| Scope { tasks, ..Scope::NOTHING };
+        match req {
+            Request::Enqueue { .. } => tasks(Rows::New),
+            Request::EnqueueStage { stage } => {
+                Scope { tasks: Rows::New, stages: StageRows::One(*stage), materialized: false }
+            }
+            Request::CreatePipeline { .. } => Scope { stages: StageRows::All, ..Scope::NOTHING },
+            Request::Claim { .. }
+            | Request::ReleaseDead { .. }
+            | Request::ReleaseOrphans { .. }
+            | Request::ReclaimExpired { .. }
+            | Request::Repair { .. } => tasks(Rows::All),
+            Request::Renew { fence } | Request::LeaseValid { fence } => tasks(Rows::One(fence.task)),
+            Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
+                Scope { tasks: Rows::One(fence.task), stages: StageRows::OfTask(fence.task), materialized: true }
+            }
+            Request::Maintain { .. } => Scope { materialized: true, ..Scope::NOTHING },
+            Request::Heartbeat { .. } | Request::PipelineSnapshot { .. } | Request::QueryIndex { .. } => Scope::NOTHING,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Mirror {
+    tasks: BTreeMap<TaskId, Task>,
+    stages: BTreeMap<StageRef, StageRow>,
+    materialized: BTreeSet<IndexId>,
+}
+
+#[derive(Debug, Default)]
+pub struct Tap {
+    mirror: Mutex<Mirror>,
+}
+
+impl Tap {
+    /// Brings the mirror up to date with the store within `scope` and returns
+    /// what differed, row by row.
+    pub fn sync(&self, server: &StoreServer, scope: Scope) -> Commit {
+        let mut mirror = self.mirror.lock().expect("tap mirror");
+        server.with_store(|store| {
+            let mut commit = Commit::default();
+            sync_tasks(&mut mirror.tasks, store, scope.tasks, &mut commit.tasks);
+            let stage_rows = match scope.stages {
+                StageRows::OfTask(id) => match store.task(id).and_then(|t| t.spec.stage) {
+                    Some(stage) => StageRows::One(stage),
+                    None => StageRows::None,
+                },
+                other => other,
+            };
+            sync_stages(&mut mirror.stages, store, stage_rows, &mut commit.stages);
+            if scope.materialized {
+                for index in store.materialized() {
+                    if mirror.materialized.insert(index) {
+                        commit.materialized.push(index);
+                    }
+                }
+            }
+            commit
+        })
+    }
+}
+
+fn record(mirror: &mut BTreeMap<TaskId, Task>, task: &Task, out: &mut Vec<TaskChange>) {
+    match mirror.get(&task.id) {
+        Some(known) if known == task => {}
+        known => {
+            out.push(TaskChange { before: known.cloned(), after: task.clone() });
+            mirror.insert(task.id, task.clone());
+        }
+    }
+}
+
+fn sync_tasks(mirror: &mut BTreeMap<TaskId, Task>, store: &Store, rows: Rows, out: &mut Vec<TaskChange>) {
+    match rows {
+        Rows::None => {}
+        Rows::One(id) => {
+            if let Some(task) = store.task(id) {
+                record(mirror, task, out);
+            }
+        }
+        Rows::New => {
+            let first = mirror.keys().next_back().map_or(0, |id| id + 1);
+            for task in store.tasks_from(first) {
+                record(mirror, task, out);
+            }
+        }
+        Rows::All => {
+            for task in store.tasks() {
+                record(mirror, task, out);
+            }
+        }
+    }
+}
+
+fn sync_stages(mirror: &mut BTreeMap<StageRef, StageRow>, store: &Store, rows: StageRows, out: &mut Vec<StageChange>) {
+    let mut one = |stage: StageRef, row: &StageRow| match mirror.get(&stage) {
+        Some(known) if known == row => {}
+        known => {
+            out.push(StageChange { stage, before: known.cloned(), after: row.clone() });
+            mirror.insert(stage, row.clone());
+        }
+    };
+    match rows {
+        StageRows::None | StageRows::OfTask(_) => {}
+        StageRows::One(stage) => {
+            if let Some(row) = store.stage(stage) {
+                one(stage, row);
+            }
+        }
+        StageRows::All => {
+            for (stage, row) in store.stages() {
+                one(*stage, row);
+            }
+        }
+    }
+}

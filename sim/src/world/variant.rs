@@ -1,0 +1,64 @@
+//! Engine variants: hooks that make the engine behave like a buggy one
+//! without touching `src/`, for fitness tests (a campaign must catch each
+//! invariant's variant). A variant lives in the test that uses it; the
+//! engine never sees it, and the harness's ground truth does not know it is
+//! there: to the checkers, a variant is just an engine with a bug.
+//!
+//! Every hook defaults to "as the engine does it".
+
+use leasesim::config::EngineConfig;
+use leasesim::ids::Owner;
+use leasesim::proto::{Request, Response, RpcError};
+use leasesim::store::server::StoreServer;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A call to the store as the network carries it (no variant in it).
+pub type Call<'a> = Box<dyn FnOnce(Request) -> BoxFuture<'a, Result<Response, RpcError>> + Send + 'a>;
+
+pub trait Variant: Send + Sync + 'static {
+    /// A short name for messages.
+    fn name(&self) -> &str;
+
+    /// The configuration the engine runs with. The scenario's own stays the
+    /// promise that the checkers hold the engine to.
+    fn engine(&self, cfg: &mut EngineConfig) {
+        let _ = cfg;
+    }
+
+    /// Serves one request in the store process, in place of the engine's
+    /// store (which it may call, as often as it likes).
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        Box::pin(server.handle(req))
+    }
+
+    /// A worker's (`Some(owner)`) or the client's (`None`) call to the store.
+    fn call<'a>(
+        &'a self,
+        from: Option<Owner>,
+        req: Request,
+        send: Call<'a>,
+    ) -> BoxFuture<'a, Result<Response, RpcError>> {
+        let _ = from;
+        send(req)
+    }
+
+    /// Work of its own that the store process runs beside serving requests.
+    fn store_process(&self, server: Arc<StoreServer>) -> Option<BoxFuture<'static, ()>> {
+        let _ = server;
+        None
+    }
+}
+
+/// A variant as a run carries it.
+#[derive(Clone)]
+pub struct VariantRef(pub Arc<dyn Variant>);
+
+impl std::fmt::Debug for VariantRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Variant({})", self.0.name())
+    }
+}
