@@ -108,6 +108,8 @@ pub struct Summary {
     pub wall_seconds: f64,
     pub seeds_per_second: f64,
     pub events_per_second: f64,
+    /// Invariants no run of the campaign evaluated even once.
+    pub never_evaluated: Vec<String>,
 }
 
 /// What a finished run reports to whoever watches the campaign.
@@ -183,6 +185,11 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
         fold(&mut summary, spec, result);
     }
     summary.seeds_run.dedup();
+    summary.never_evaluated = crate::check::invariants()
+        .into_iter()
+        .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
+        .map(|(name, _)| name.to_string())
+        .collect();
     summary.wall_seconds = started.elapsed().as_secs_f64();
     if summary.wall_seconds > 0.0 {
         summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;

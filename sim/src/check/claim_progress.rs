@@ -71,10 +71,15 @@ impl ClaimProgress {
             }
             let Some(due) = Self::due_ms(ctx, id) else { continue };
             let since = due.max(heal);
+            if now < since {
+                continue;
+            }
+            // A due task after the heal: the predicate is "claimed within
+            // the bound, or no worker had room all along".
+            self.evaluations += 1;
             if now <= since + bound {
                 continue;
             }
-            self.evaluations += 1;
             let Some(owner) = self.idle_owner(ctx, now - bound, now) else { continue };
             self.reported.insert(id);
             out.push(

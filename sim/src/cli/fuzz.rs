@@ -312,6 +312,9 @@ pub fn print_summary(s: &Summary) {
     println!("fault injections: {}", faults.join(" "));
     let checks: Vec<String> = s.checks.iter().map(|(k, n)| format!("{k}={n}")).collect();
     println!("checks: {}", checks.join(" "));
+    if !s.never_evaluated.is_empty() {
+        println!("never evaluated (no run gave them anything to judge): {}", s.never_evaluated.join(" "));
+    }
     for f in &s.failures {
         println!("failure: {} seed {} [{}] {}\n  replay: {}", f.scenario, f.seed, f.invariant, f.message, f.replay);
     }

@@ -133,6 +133,10 @@ pub fn print_summary(o: &Outcome) {
     if !injected.is_empty() {
         println!("faults injected: {}", injected.join(" "));
     }
+    let idle: Vec<&str> = o.checks.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.as_str()).collect();
+    if !idle.is_empty() {
+        println!("never evaluated (nothing in this run for them to judge): {}", idle.join(" "));
+    }
     if o.violations.is_empty() {
         println!("violations: none");
     } else {

@@ -94,7 +94,10 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let handle = Handle::current();
     let origin = tokio::time::Instant::now();
     let rec = Recorder::new(origin, spec.max_records);
-    let obs: Arc<dyn Observer> = Arc::new(rec.clone());
+    let mut obs: Arc<dyn Observer> = Arc::new(rec.clone());
+    if let Some(VariantRef(variant)) = &spec.variant {
+        obs = Arc::new(variant::Filtered { inner: obs, variant: variant.clone() });
+    }
     let faults = Arc::new(Injector::new(spec.plan.clone(), rec.clone()));
     let control = Arc::new(Controller::new(handle.clone(), rec.clone()));
     let engine = spec.engine();
@@ -137,19 +140,19 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
             rec.world(WorldEvent::ClockOffset { proc, offset_ms });
         }
         let worker = WorkerSpec { scenario: &scenario, engine: &engine, seed, proc, origin, offset_ms };
-        spawn_worker(&handle, worker, &rec, &faults, &control, &variant);
+        spawn_worker(&handle, worker, &rec, &obs, &faults, &control, &variant);
     }
 
     let client_node = {
-        let (scenario, rec, variant) = (scenario.clone(), rec.clone(), variant.clone());
+        let (scenario, rec, obs, variant) = (scenario.clone(), rec.clone(), obs.clone(), variant.clone());
         let rpc_timeout_ms = engine.rpc_timeout_ms;
         handle
             .create_node()
             .name("client")
             .ip(net::client_ip())
             .init(move || {
-                let (scenario, rec, variant) = (scenario.clone(), rec.clone(), variant.clone());
-                async move { run_client(scenario, seed, rpc_timeout_ms, rec, variant).await }
+                let (scenario, rec, obs, variant) = (scenario.clone(), rec.clone(), obs.clone(), variant.clone());
+                async move { run_client(scenario, seed, rpc_timeout_ms, rec, obs, variant).await }
             })
             .build()
     };
@@ -265,6 +268,7 @@ fn spawn_worker(
     handle: &Handle,
     w: WorkerSpec<'_>,
     rec: &Recorder,
+    obs: &Arc<dyn Observer>,
     faults: &Arc<Injector>,
     control: &Controller,
     variant: &Option<Arc<dyn Variant>>,
@@ -273,14 +277,15 @@ fn spawn_worker(
     let incarnation = Arc::new(AtomicU32::new(0));
     let peers: Vec<_> =
         (1..=scenario.topology.workers).filter(|&p| p != proc).map(|p| net::addr(net::worker_ip(p))).collect();
-    let (engine, rec, counter) = (w.engine.clone(), rec.clone(), incarnation.clone());
+    let (engine, rec, obs, counter) = (w.engine.clone(), rec.clone(), obs.clone(), incarnation.clone());
     let (workload, faults, variant) = (Arc::new(scenario.workload.clone()), faults.clone(), variant.clone());
     let node = handle
         .create_node()
         .name(format!("worker-{proc}"))
         .ip(net::worker_ip(proc))
         .init(move || {
-            let (engine, rec, peers, variant) = (engine.clone(), rec.clone(), peers.clone(), variant.clone());
+            let (engine, rec, obs, peers, variant) =
+                (engine.clone(), rec.clone(), obs.clone(), peers.clone(), variant.clone());
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let owner = Owner { proc, incarnation };
             let handler = SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner);
@@ -297,7 +302,7 @@ fn spawn_worker(
                 .expect("worker binds its address")
                 .with_variant(variant);
                 let clock = Arc::new(TokioClock::new(origin, offset_ms));
-                Worker::new(engine, owner, transport, handler, clock, Arc::new(rec)).run().await;
+                Worker::new(engine, owner, transport, handler, clock, obs).run().await;
             }
         })
         .build();
@@ -312,13 +317,13 @@ async fn run_client(
     seed: u64,
     rpc_timeout_ms: u64,
     rec: Recorder,
+    obs: Arc<dyn Observer>,
     variant: Option<Arc<dyn Variant>>,
 ) {
     let transport = net::SimTransport::bind(net::client_ip(), 0, Vec::new(), Sender::Client(0), rec.clone())
         .await
         .expect("client binds its address")
         .with_variant(variant);
-    let obs: Arc<dyn Observer> = Arc::new(rec.clone());
     let start = tokio::time::Instant::now();
     for (n, (at_ms, action)) in plan(seed, &scenario.workload).into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;

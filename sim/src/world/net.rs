@@ -106,7 +106,10 @@ impl Transport for SimTransport {
             return self.send(req).await;
         };
         let plain = SimTransport { variant: None, ..self.clone() };
-        let send: super::variant::Call<'_> = Box::new(move |req| Box::pin(async move { plain.send(req).await }));
+        let send: super::variant::Call = Arc::new(move |req| {
+            let plain = plain.clone();
+            Box::pin(async move { plain.send(req).await })
+        });
         variant.call(self.origin.owner(), req, send).await
     }
 

@@ -7,6 +7,7 @@
 //! Every hook defaults to "as the engine does it".
 
 use leasesim::config::EngineConfig;
+use leasesim::event::{Event, Observer};
 use leasesim::ids::Owner;
 use leasesim::proto::{Request, Response, RpcError};
 use leasesim::store::server::StoreServer;
@@ -16,8 +17,10 @@ use std::sync::Arc;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A call to the store as the network carries it (no variant in it).
-pub type Call<'a> = Box<dyn FnOnce(Request) -> BoxFuture<'a, Result<Response, RpcError>> + Send + 'a>;
+/// A way to call the store as the network carries it (no variant in it). It
+/// owns what it needs: a variant may call it more than once, or spawn a call
+/// and not wait for it.
+pub type Call = Arc<dyn Fn(Request) -> BoxFuture<'static, Result<Response, RpcError>> + Send + Sync>;
 
 pub trait Variant: Send + Sync + 'static {
     /// A short name for messages.
@@ -36,20 +39,35 @@ pub trait Variant: Send + Sync + 'static {
     }
 
     /// A worker's (`Some(owner)`) or the client's (`None`) call to the store.
-    fn call<'a>(
-        &'a self,
-        from: Option<Owner>,
-        req: Request,
-        send: Call<'a>,
-    ) -> BoxFuture<'a, Result<Response, RpcError>> {
+    fn call<'a>(&'a self, from: Option<Owner>, req: Request, send: Call) -> BoxFuture<'a, Result<Response, RpcError>> {
         let _ = from;
         send(req)
+    }
+
+    /// An event the engine emits (its testimony): passed on as it is, changed,
+    /// or (`None`) swallowed.
+    fn event(&self, event: Event) -> Option<Event> {
+        Some(event)
     }
 
     /// Work of its own that the store process runs beside serving requests.
     fn store_process(&self, server: Arc<StoreServer>) -> Option<BoxFuture<'static, ()>> {
         let _ = server;
         None
+    }
+}
+
+/// The engine's observer when a variant is on: its events pass the variant.
+pub struct Filtered {
+    pub inner: Arc<dyn Observer>,
+    pub variant: Arc<dyn Variant>,
+}
+
+impl Observer for Filtered {
+    fn emit(&self, event: Event) {
+        if let Some(event) = self.variant.event(event) {
+            self.inner.emit(event);
+        }
     }
 }
 

@@ -1,0 +1,400 @@
+//! Fitness of every invariant: a check that never fired is not a check.
+//!
+//! For each invariant there is an engine variant, private to this test, that
+//! breaks the promise the invariant stands for, the way a realistic bug
+//! would: a configuration the engine misreads (it runs with other constants
+//! than the scenario promises), a store that answers or commits wrongly, a
+//! worker or client whose calls go wrong, an engine whose events lie. Each
+//! variant enters through the hooks of `leasesim_sim::world::Variant`, never
+//! through `src/`, and the harness's ground truth does not know it is there.
+//!
+//! One check function: a small swarm campaign with the variant must report
+//! the invariant within a few seeds, and the same seed without the variant
+//! must not.
+
+mod common;
+
+use leasesim::config::EngineConfig;
+use leasesim::event::Event;
+use leasesim::ids::{Owner, StageRef};
+use leasesim::proto::{Request, Response, RpcError};
+use leasesim::store::server::StoreServer;
+use leasesim::task::{TaskKind, TaskSpec, TaskState};
+use leasesim_sim::runner;
+use leasesim_sim::world::variant::{BoxFuture, Call};
+use leasesim_sim::world::Variant;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One fitness case: the invariant, the world it is tried in, the variant,
+/// and how many seeds the campaign may take.
+struct Fitness {
+    invariant: &'static str,
+    scenario: &'static str,
+    variant: fn() -> Arc<dyn Variant>,
+    seeds: u64,
+}
+
+/// The one check function.
+fn check(f: &Fitness) {
+    let with = |seed: u64, variant: Option<Arc<dyn Variant>>| {
+        let mut spec = common::spec(f.scenario, seed);
+        if let Some(v) = variant {
+            spec = spec.with_variant(v);
+        }
+        let outcome = runner::run_seed(&spec, runner::DEFAULT_WATCHDOG)
+            .unwrap_or_else(|e| panic!("{} seed {seed}: {e}", f.scenario));
+        outcome.violations.iter().any(|v| v.invariant == f.invariant)
+    };
+    let found = (1..=f.seeds).find(|&seed| with(seed, Some((f.variant)())));
+    let Some(seed) = found else {
+        let name = (f.variant)().name().to_string();
+        panic!("{}: the variant '{name}' was not caught in {} seeds of {}", f.invariant, f.seeds, f.scenario);
+    };
+    assert!(!with(seed, None), "{}: seed {seed} of {} fails without the variant too", f.invariant, f.scenario);
+}
+
+macro_rules! fitness {
+    ($($name:ident: $invariant:literal in $scenario:literal by $variant:expr, within $seeds:literal;)+) => {
+        $(
+            #[test]
+            fn $name() {
+                fn make() -> Arc<dyn Variant> {
+                    Arc::new($variant)
+                }
+                check(&Fitness { invariant: $invariant, scenario: $scenario, variant: make, seeds: $seeds });
+            }
+        )+
+        /// Every invariant has a fitness case.
+        #[test]
+        fn every_invariant_has_a_fitness_case() {
+            let covered = [$($invariant),+];
+            for (name, _) in leasesim_sim::check::invariants() {
+                assert!(covered.contains(&name), "no fitness case for {name}");
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Engines that run with other constants than the scenario promises
+// ---------------------------------------------------------------------------
+
+/// The engine reads one of its constants wrong.
+struct Drift(&'static str, fn(&mut EngineConfig));
+
+impl Variant for Drift {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn engine(&self, cfg: &mut EngineConfig) {
+        (self.1)(cfg)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stores that commit or answer wrongly
+// ---------------------------------------------------------------------------
+
+/// Completions apply by task id alone: the store rewrites a completion's
+/// fence to whoever holds the task now.
+struct CompletesByTaskId;
+
+impl Variant for CompletesByTaskId {
+    fn name(&self) -> &str {
+        "completes by task id"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        let req = match req {
+            Request::Complete { fence } => {
+                let current = server.with_store(|s| s.task(fence.task).and_then(|t| Some((t.attempt, t.owner?))));
+                match current {
+                    Some((attempt, owner)) => {
+                        Request::Complete { fence: leasesim::ids::Fence { attempt, owner, ..fence } }
+                    }
+                    None => Request::Complete { fence },
+                }
+            }
+            other => other,
+        };
+        Box::pin(server.handle(req))
+    }
+}
+
+/// A claim first takes one leased task away from another owner, whatever its
+/// lease, so the claim can grant it.
+struct ClaimSteals;
+
+impl Variant for ClaimSteals {
+    fn name(&self) -> &str {
+        "claim steals a leased task"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        if let Request::Claim { owner, .. } = &req {
+            let victim = server.with_store(|s| {
+                let leased =
+                    s.tasks().find(|t| t.state == TaskState::Leased && t.owner.is_some_and(|o| o != *owner))?;
+                let holder = leased.owner?;
+                let keep = s.tasks().filter(|t| t.owner == Some(holder) && t.id != leased.id).map(|t| t.id).collect();
+                Some((holder, keep))
+            });
+            if let Some((holder, running)) = victim {
+                let as_of_ms = u64::MAX;
+                server.apply_now(&Request::ReleaseOrphans { owner: holder, running, older_than_ms: 0, as_of_ms });
+            }
+        }
+        Box::pin(server.handle(req))
+    }
+}
+
+/// A claim answer leaves out the last task it granted.
+struct ClaimHidesAGrant;
+
+impl Variant for ClaimHidesAGrant {
+    fn name(&self) -> &str {
+        "claim answer hides a grant"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        Box::pin(async move {
+            match server.handle(req).await {
+                Response::Claimed { mut grants } if grants.len() > 1 => {
+                    grants.pop();
+                    Response::Claimed { grants }
+                }
+                other => other,
+            }
+        })
+    }
+}
+
+/// An index query answers "materialized" as soon as a build of it exists.
+struct QueryTrustsBuilds;
+
+impl Variant for QueryTrustsBuilds {
+    fn name(&self) -> &str {
+        "query trusts any build"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        if let Request::QueryIndex { index, .. } = req {
+            let built = server.with_store(|s| s.tasks().any(|t| t.spec.index == Some(index)));
+            if built {
+                return Box::pin(async { Response::Query { materialized: true } });
+            }
+        }
+        Box::pin(server.handle(req))
+    }
+}
+
+/// The pipeline snapshot lists every stage without a live task, and a stage
+/// enqueue the guard refuses is inserted without it.
+struct UnguardedStages {
+    /// Also list (and insert) stages that are already done.
+    done_too: bool,
+}
+
+impl Variant for UnguardedStages {
+    fn name(&self) -> &str {
+        if self.done_too {
+            "stage enqueue without the done guard"
+        } else {
+            "stage enqueue without the order guard"
+        }
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        match req {
+            Request::PipelineSnapshot { .. } => {
+                let due: Vec<StageRef> = server.with_store(|s| {
+                    s.stages()
+                        .filter(|(_, row)| row.task.is_none() && (self.done_too || !row.done))
+                        .map(|(st, _)| *st)
+                        .collect()
+                });
+                Box::pin(async move { Response::Snapshot { due } })
+            }
+            Request::EnqueueStage { stage } => Box::pin(async move {
+                match server.handle(Request::EnqueueStage { stage }).await {
+                    Response::Rejected { .. } => {
+                        let spec = TaskSpec {
+                            kind: TaskKind::Stage,
+                            group: Some(stage.pipeline),
+                            stage: Some(stage),
+                            index: None,
+                            not_before_ms: 0,
+                        };
+                        server.handle(Request::Enqueue { spec }).await
+                    }
+                    other => other,
+                }
+            }),
+            other => Box::pin(server.handle(other)),
+        }
+    }
+}
+
+/// A sweeper inside the store process reclaims and repairs expired leases on
+/// its own timer, outside any request.
+struct Sweeper;
+
+impl Variant for Sweeper {
+    fn name(&self) -> &str {
+        "store-side sweeper"
+    }
+    fn store_process(&self, server: Arc<StoreServer>) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                let by = Owner { proc: 0, incarnation: 0 };
+                server.apply_now(&Request::ReclaimExpired { by });
+                server.apply_now(&Request::Repair { by });
+            }
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workers and clients whose calls go wrong
+// ---------------------------------------------------------------------------
+
+/// A worker's or the client's calls, rewritten.
+struct Calls(&'static str, fn(Option<Owner>, Request, Call) -> BoxFuture<'static, Result<Response, RpcError>>);
+
+impl Variant for Calls {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn call<'a>(&'a self, from: Option<Owner>, req: Request, send: Call) -> BoxFuture<'a, Result<Response, RpcError>> {
+        (self.1)(from, req, send)
+    }
+}
+
+/// A refused completion is taken for an applied one.
+fn completion_always_applies(
+    _: Option<Owner>,
+    req: Request,
+    send: Call,
+) -> BoxFuture<'static, Result<Response, RpcError>> {
+    let complete = matches!(req, Request::Complete { .. });
+    Box::pin(async move {
+        match send(req).await {
+            Ok(Response::Rejected { .. }) if complete => Ok(Response::Applied { retries: 0, retry_at_ms: None }),
+            other => other,
+        }
+    })
+}
+
+/// The client sends an enqueue again when the first answer does not come
+/// within a second, without an idempotency key.
+fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    Box::pin(async move {
+        if from.is_some() || !matches!(req, Request::Enqueue { .. }) {
+            return send(req).await;
+        }
+        let first = tokio::spawn(send(req.clone()));
+        tokio::select! {
+            biased;
+            answer = first => answer.unwrap_or(Err(RpcError::Unavailable)),
+            _ = tokio::time::sleep(Duration::from_millis(1_000)) => send(req).await,
+        }
+    })
+}
+
+/// A maintenance call gives up after a second while its store work goes on.
+fn maintenance_times_out(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    Box::pin(async move {
+        if !matches!(req, Request::Maintain { .. }) {
+            return send(req).await;
+        }
+        let call = tokio::spawn(send(req));
+        tokio::select! {
+            biased;
+            answer = call => answer.unwrap_or(Err(RpcError::Unavailable)),
+            _ = tokio::time::sleep(Duration::from_millis(1_000)) => Err(RpcError::Unavailable),
+        }
+    })
+}
+
+/// Every grant of a claim answer is handed out twice, when the worker asked
+/// for room enough.
+fn grants_twice(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    let asked = match req {
+        Request::Claim { max, .. } => max as usize,
+        _ => 0,
+    };
+    Box::pin(async move {
+        match send(req).await {
+            Ok(Response::Claimed { grants }) if grants.len() * 2 <= asked => {
+                Ok(Response::Claimed { grants: grants.iter().flat_map(|g| [g.clone(), g.clone()]).collect() })
+            }
+            other => other,
+        }
+    })
+}
+
+/// A failed body is recorded as completed.
+fn failure_completes(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    let req = match req {
+        Request::Fail { fence, .. } => Request::Complete { fence },
+        Request::LeaseValid { fence } => return Box::pin(async move { send(Request::LeaseValid { fence }).await }),
+        other => other,
+    };
+    send(req)
+}
+
+/// Renewals are never sent.
+fn never_renews(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    if matches!(req, Request::Renew { .. }) {
+        return Box::pin(std::future::pending());
+    }
+    send(req)
+}
+
+/// Completions of index builds and stages are lost at the worker.
+fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+    if matches!(req, Request::Complete { .. }) {
+        return Box::pin(async { Err(RpcError::Unavailable) });
+    }
+    send(req)
+}
+
+// ---------------------------------------------------------------------------
+// An engine whose events lie
+// ---------------------------------------------------------------------------
+
+/// The store does not report its releases.
+struct SilentReleases;
+
+impl Variant for SilentReleases {
+    fn name(&self) -> &str {
+        "releases go unreported"
+    }
+    fn event(&self, event: Event) -> Option<Event> {
+        (!matches!(event, Event::LeaseReleased { .. })).then_some(event)
+    }
+}
+
+fitness! {
+    fenced_completion: "fenced-completion" in "b-machines" by CompletesByTaskId, within 60;
+    single_owner: "single-owner" in "swarm" by ClaimSteals, within 20;
+    lease_revocation: "lease-revocation" in "swarm" by Drift("dead after two heartbeats", |c| c.dead_after_ms = 2 * c.heartbeat_interval_ms + 1), within 40;
+    lease_terms: "lease-terms" in "c-workflows" by Drift("half the workflow lease", |c| c.lease_ttl.workflow_task_ms = Some(5_000)), within 5;
+    retry_clock: "retry-clock" in "swarm" by Drift("retry base of 1 s", |c| c.retry_base_ms = 1_000), within 20;
+    retry_budget: "retry-budget" in "swarm" by Drift("one retry", |c| c.max_retries = 1), within 40;
+    no_resurrection: "no-resurrection" in "b-machines" by UnguardedStages { done_too: true }, within 20;
+    stage_order: "stage-order" in "b-machines" by UnguardedStages { done_too: false }, within 20;
+    exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
+    enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_retried), within 40;
+    store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
+    query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;
+    single_flight: "single-flight-maintenance" in "a-index-builds" by Calls("maintenance call times out", maintenance_times_out), within 60;
+    reconciliation: "reconciliation" in "c-workflows" by Sweeper, within 40;
+    execution_exclusive: "execution-exclusive" in "swarm" by Calls("grants handed out twice", grants_twice), within 10;
+    concurrency_bound: "concurrency-bound" in "a-index-builds" by Drift("six permits", |c| c.concurrency = 6), within 20;
+    outcome_truth: "outcome-truth" in "swarm" by Calls("failures recorded as completions", failure_completes), within 20;
+    keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
+    no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
+    testimony: "testimony" in "c-workflows" by SilentReleases, within 40;
+    claim_progress: "claim-progress" in "a-index-builds" by Drift("idle poll of a minute", |c| c.idle_poll_ms = 60_000), within 20;
+    expired_lease_recovery: "expired-lease-recovery" in "a-index-builds" by Drift("recovery every 5 minutes", |c| c.recovery_interval_ms = 300_000), within 60;
+    materialization: "materialization" in "a-index-builds" by Calls("completions lost", loses_completions), within 20;
+    eventual_completion: "eventual-completion" in "b-machines" by Calls("completions lost", loses_completions), within 20;
+}
