@@ -255,8 +255,11 @@ impl Variant for Sweeper {
 // Workers and clients whose calls go wrong
 // ---------------------------------------------------------------------------
 
+/// What a call answers.
+type Answer = BoxFuture<'static, Result<Response, RpcError>>;
+
 /// A worker's or the client's calls, rewritten.
-struct Calls(&'static str, fn(Option<Owner>, Request, Call) -> BoxFuture<'static, Result<Response, RpcError>>);
+struct Calls(&'static str, fn(Option<Owner>, Request, Call) -> Answer);
 
 impl Variant for Calls {
     fn name(&self) -> &str {
@@ -268,11 +271,7 @@ impl Variant for Calls {
 }
 
 /// A refused completion is taken for an applied one.
-fn completion_always_applies(
-    _: Option<Owner>,
-    req: Request,
-    send: Call,
-) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn completion_always_applies(_: Option<Owner>, req: Request, send: Call) -> Answer {
     let complete = matches!(req, Request::Complete { .. });
     Box::pin(async move {
         match send(req).await {
@@ -284,7 +283,7 @@ fn completion_always_applies(
 
 /// The client sends an enqueue again when the first answer does not come
 /// within a second, without an idempotency key.
-fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> Answer {
     Box::pin(async move {
         if from.is_some() || !matches!(req, Request::Enqueue { .. }) {
             return send(req).await;
@@ -299,7 +298,7 @@ fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> BoxFuture<'
 }
 
 /// A maintenance call gives up after a second while its store work goes on.
-fn maintenance_times_out(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn maintenance_times_out(_: Option<Owner>, req: Request, send: Call) -> Answer {
     Box::pin(async move {
         if !matches!(req, Request::Maintain { .. }) {
             return send(req).await;
@@ -315,7 +314,7 @@ fn maintenance_times_out(_: Option<Owner>, req: Request, send: Call) -> BoxFutur
 
 /// Every grant of a claim answer is handed out twice, when the worker asked
 /// for room enough.
-fn grants_twice(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn grants_twice(_: Option<Owner>, req: Request, send: Call) -> Answer {
     let asked = match req {
         Request::Claim { max, .. } => max as usize,
         _ => 0,
@@ -331,7 +330,7 @@ fn grants_twice(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static
 }
 
 /// A failed body is recorded as completed.
-fn failure_completes(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn failure_completes(_: Option<Owner>, req: Request, send: Call) -> Answer {
     let req = match req {
         Request::Fail { fence, .. } => Request::Complete { fence },
         Request::LeaseValid { fence } => return Box::pin(async move { send(Request::LeaseValid { fence }).await }),
@@ -341,7 +340,7 @@ fn failure_completes(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'s
 }
 
 /// Renewals are never sent.
-fn never_renews(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn never_renews(_: Option<Owner>, req: Request, send: Call) -> Answer {
     if matches!(req, Request::Renew { .. }) {
         return Box::pin(std::future::pending());
     }
@@ -349,7 +348,7 @@ fn never_renews(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static
 }
 
 /// Completions of index builds and stages are lost at the worker.
-fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> BoxFuture<'static, Result<Response, RpcError>> {
+fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> Answer {
     if matches!(req, Request::Complete { .. }) {
         return Box::pin(async { Err(RpcError::Unavailable) });
     }
