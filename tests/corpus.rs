@@ -43,6 +43,15 @@ fn every_corpus_entry_still_reproduces() {
 }
 
 #[test]
+fn every_entry_is_pinned_against_drift() {
+    for path in corpus::entries(&corpus_dir()).expect("corpus/ is readable") {
+        let entry = Entry::load(&path).expect("entries parse");
+        assert_eq!(entry.faults, corpus::FaultsMode::Explicit, "{}: the fault plan is not written out", path.display());
+        assert!(entry.world.is_some(), "{}: the world is not inline", path.display());
+    }
+}
+
+#[test]
 fn every_defect_has_a_reproducing_entry() {
     let mut missing: Vec<&str> = leasesim::defects::Defect::ALL.iter().map(|d| d.name()).collect();
     for path in corpus::entries(&corpus_dir()).expect("corpus/ is readable") {

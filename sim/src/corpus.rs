@@ -108,6 +108,20 @@ impl Entry {
         Ok(spec)
     }
 
+    /// The same entry, pinned against drift: its fault plan written out (the
+    /// one `faults = "swarm"` draws today) and its world inline (the scenario
+    /// as it is today), so that neither a change to the fault generator nor
+    /// an edit of a built-in scenario changes what it replays.
+    pub fn pinned(&self, path: &Path) -> Result<Entry, String> {
+        let spec = self.spec(path)?;
+        Ok(Entry {
+            faults: FaultsMode::Explicit,
+            plan: spec.fault_plan().events,
+            world: Some((*spec.scenario).clone()),
+            ..self.clone()
+        })
+    }
+
     /// The grouping key of a failure: the same bug found again has the same one.
     pub fn signature(&self) -> (String, String, Vec<Defect>) {
         (self.scenario.clone(), self.expect.clone(), self.defects.clone())

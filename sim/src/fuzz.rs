@@ -8,7 +8,7 @@ use crate::outcome::Outcome;
 use crate::runner::{self, PlanSource, RunError, RunSpec};
 use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -110,6 +110,15 @@ pub struct Summary {
     pub events_per_second: f64,
     /// Invariants no run of the campaign evaluated even once.
     pub never_evaluated: Vec<String>,
+    /// Per coverage point: how many runs reached it (every point present).
+    pub coverage: BTreeMap<String, u64>,
+    /// Per coverage point reached: the first seed (in campaign order) that did.
+    pub coverage_first_seed: BTreeMap<String, u64>,
+    /// The coverage points no run reached.
+    pub never_reached: Vec<String>,
+    /// Per scenario: required coverage points it never reached (judged only
+    /// once the scenario ran its `min_seeds`).
+    pub coverage_missing: BTreeMap<String, Vec<String>>,
 }
 
 /// What a finished run reports to whoever watches the campaign.
@@ -176,8 +185,17 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
             results.insert(index, (spec, result));
         }
     });
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        coverage: crate::check::coverage::POINTS.iter().map(|p| (p.name.to_string(), 0)).collect(),
+        ..Summary::default()
+    };
+    let mut per_scenario: BTreeMap<String, (u64, BTreeSet<String>)> = BTreeMap::new();
     for (spec, result) in results.values() {
+        if let Ok(o) = result {
+            let seen = per_scenario.entry(spec.scenario.name.clone()).or_default();
+            seen.0 += 1;
+            seen.1.extend(o.coverage.iter().cloned());
+        }
         summary.seeds += 1;
         if summary.seeds_run.last() != Some(&spec.seed) {
             summary.seeds_run.push(spec.seed);
@@ -185,6 +203,15 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
         fold(&mut summary, spec, result);
     }
     summary.seeds_run.dedup();
+    summary.never_reached = summary.coverage.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+    for target in &campaign.targets {
+        let need = &target.scenario.coverage;
+        let (runs, seen) = per_scenario.get(&target.scenario.name).cloned().unwrap_or_default();
+        let missing: Vec<String> = need.require.iter().filter(|p| !seen.contains(*p)).cloned().collect();
+        if runs >= need.min_seeds && !missing.is_empty() {
+            summary.coverage_missing.insert(target.scenario.name.clone(), missing);
+        }
+    }
     summary.never_evaluated = crate::check::invariants()
         .into_iter()
         .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
@@ -207,6 +234,10 @@ fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError
         }
         for (k, n) in &o.checks {
             *summary.checks.entry(k.clone()).or_default() += n;
+        }
+        for point in &o.coverage {
+            *summary.coverage.entry(point.clone()).or_default() += 1;
+            summary.coverage_first_seed.entry(point.clone()).or_insert(o.seed);
         }
     }
     summary.failures.extend(failure_of(spec, result));

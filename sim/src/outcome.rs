@@ -29,6 +29,9 @@ pub struct Outcome {
     pub leftover_permits: u64,
     /// Evaluations per invariant.
     pub checks: BTreeMap<String, u64>,
+    /// The coverage points the run reached.
+    #[serde(default)]
+    pub coverage: Vec<String>,
     /// Injections per fault kind (every kind present, zero or not).
     pub fault_counts: BTreeMap<String, u64>,
     /// The fault plan the run played.

@@ -220,6 +220,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
         leftover_leases: result.tasks.values().filter(|(_, s)| *s == leasesim::task::TaskState::Leased).count() as u64,
         leftover_permits: leftover_permits(&result.history),
         checks: report.checks,
+        coverage: report.coverage.into_iter().collect(),
         fault_counts: crate::outcome::fault_counts(&result.history),
         fault_plan: plan.events,
         replay: spec.replay_command(),

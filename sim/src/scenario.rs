@@ -22,6 +22,31 @@ pub struct Scenario {
     pub bounds: Bounds,
     #[serde(default)]
     pub faults: FaultLimits,
+    #[serde(default, skip_serializing_if = "CoverageSpec::is_empty")]
+    pub coverage: CoverageSpec,
+}
+
+/// The coverage points a campaign on this scenario must reach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CoverageSpec {
+    /// Points (see `cargo sim list`) every campaign of `min_seeds` seeds or
+    /// more must reach at least once.
+    pub require: Vec<String>,
+    /// A campaign with fewer seeds of this scenario is too short to judge.
+    pub min_seeds: u64,
+}
+
+impl Default for CoverageSpec {
+    fn default() -> Self {
+        CoverageSpec { require: Vec::new(), min_seeds: 200 }
+    }
+}
+
+impl CoverageSpec {
+    pub fn is_empty(&self) -> bool {
+        self.require.is_empty()
+    }
 }
 
 /// What a seed's fault plan may contain.
@@ -100,6 +125,23 @@ pub struct Workload {
     /// Scripted enqueues at fixed times, on top of the drawn workload (for
     /// regression scenarios that place every step deterministically).
     pub script: Vec<Scripted>,
+    /// Chance that one attempt of a job or authz materialization fails with a
+    /// fatal error (no retry).
+    pub fatal_rate: f64,
+    /// Chance that one attempt of a task of `long_work_kinds` runs long
+    /// instead: between `long_work_min_ms` and `long_work_max_ms` (long
+    /// enough to outlive a lease that is not renewed).
+    pub long_work_rate: f64,
+    pub long_work_kinds: Vec<leasesim::task::TaskKind>,
+    pub long_work_min_ms: u64,
+    pub long_work_max_ms: u64,
+    /// Work enqueued after the heal, once the world has settled: index builds
+    /// (each queried `query_after_ms` later) and jobs, spread over
+    /// `after_heal_window_ms` starting `after_heal_delay_ms` after the heal.
+    pub after_heal_delay_ms: u64,
+    pub after_heal_window_ms: u64,
+    pub after_heal_index_builds: u32,
+    pub after_heal_jobs: u32,
 }
 
 /// One scripted enqueue.
@@ -137,6 +179,15 @@ impl Default for Workload {
             query_after_ms: 10_000,
             query_lag_timeout_ms: 5_000,
             script: Vec::new(),
+            fatal_rate: 0.0,
+            long_work_rate: 0.0,
+            long_work_kinds: Vec::new(),
+            long_work_min_ms: 0,
+            long_work_max_ms: 0,
+            after_heal_delay_ms: 0,
+            after_heal_window_ms: 0,
+            after_heal_index_builds: 0,
+            after_heal_jobs: 0,
         }
     }
 }
@@ -255,7 +306,13 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         return Err("topology.workers must be between 1 and 64".into());
     }
     let w = &s.workload;
-    for (field, rate) in [("authz_conflict_rate", w.authz_conflict_rate), ("job_fail_rate", w.job_fail_rate)] {
+    let rates = [
+        ("authz_conflict_rate", w.authz_conflict_rate),
+        ("job_fail_rate", w.job_fail_rate),
+        ("fatal_rate", w.fatal_rate),
+        ("long_work_rate", w.long_work_rate),
+    ];
+    for (field, rate) in rates {
         if !(0.0..=1.0).contains(&rate) {
             return Err(format!("workload.{field} must be between 0 and 1"));
         }
@@ -266,6 +323,20 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     if w.activity_work_min_ms > w.activity_work_max_ms {
         return Err("workload.activity_work_min_ms must not exceed workload.activity_work_max_ms".into());
     }
+    if w.long_work_rate > 0.0 && (w.long_work_min_ms == 0 || w.long_work_min_ms > w.long_work_max_ms) {
+        return Err(
+            "workload.long_work_min_ms must be between 1 and workload.long_work_max_ms when long_work_rate is set"
+                .into(),
+        );
+    }
+    let late = w.after_heal_delay_ms + w.after_heal_window_ms;
+    if w.after_heal_index_builds + w.after_heal_jobs > 0
+        && late + w.query_after_ms + w.query_lag_timeout_ms > s.phases.heal_phase_ms
+    {
+        return Err(
+            "workload.after_heal_window_ms: work enqueued after the heal (and its queries) must end within phases.heal_phase_ms".into(),
+        );
+    }
     if w.pipelines > 0 && w.stages_per_pipeline == 0 {
         return Err("workload.stages_per_pipeline must be at least 1".into());
     }
@@ -274,6 +345,11 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     }
     if w.enqueue_window_ms > s.phases.fault_phase_ms {
         return Err("workload.enqueue_window_ms must not exceed phases.fault_phase_ms".into());
+    }
+    for (i, point) in s.coverage.require.iter().enumerate() {
+        if !crate::check::coverage::known(point) {
+            return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
+        }
     }
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {

@@ -16,6 +16,7 @@
 
 mod claim_progress;
 mod concurrency;
+pub mod coverage;
 mod enqueue_once;
 mod eventual_completion;
 mod exactly_once;
@@ -103,6 +104,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Per invariant: how many times its predicate was evaluated.
     pub checks: BTreeMap<String, u64>,
+    /// The coverage points the run reached.
+    pub coverage: BTreeSet<String>,
 }
 
 /// What every checker sees: the scenario and the world just before the
@@ -188,10 +191,12 @@ pub fn check(scenario: &Scenario, history: &[Record]) -> Report {
     let mut checkers = checkers();
     let mut sink = Sink::default();
     let mut found = Vec::new();
+    let mut coverage = coverage::Coverage::default();
     for rec in history {
         for c in checkers.iter_mut() {
             c.on_record(rec, &ctx, &mut found);
         }
+        coverage.on_record(rec, &ctx);
         sink.take(&mut found);
         ctx.view.apply(rec);
     }
@@ -202,7 +207,8 @@ pub fn check(scenario: &Scenario, history: &[Record]) -> Report {
     }
     sink.take(&mut found);
     let checks = checkers.iter().map(|c| (c.name().to_string(), c.evaluations())).collect();
-    Report { violations: sink.kept, checks }
+    let coverage = coverage.reached().iter().map(|p| p.to_string()).collect();
+    Report { violations: sink.kept, checks, coverage }
 }
 
 // ---------------------------------------------------------------------------

@@ -144,6 +144,9 @@ impl Saver {
         if !self.seen.insert(entry.signature()) {
             return Ok(None);
         }
+        // Saved with its plan and world written out, so it replays the same
+        // whatever later happens to the fault generator or the scenario.
+        let entry = entry.pinned(&self.dir)?;
         let path = corpus::save_new(&self.dir, &corpus::stem(&entry), &entry)?;
         self.saved.push(path.clone());
         Ok(Some(path))
@@ -263,6 +266,7 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    print_coverage(&summary);
     if json {
         println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     } else {
@@ -274,7 +278,38 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     if let Some(e) = save_error {
         return Err(e);
     }
-    Ok(if summary.failures.is_empty() { 0 } else { 1 })
+    Ok(exit_code(&summary))
+}
+
+/// 0: every run passed and every required coverage point was reached;
+/// 1: a run failed; 3: no run failed, but a scenario never reached a
+/// coverage point it requires.
+pub fn exit_code(summary: &Summary) -> i32 {
+    if !summary.failures.is_empty() {
+        1
+    } else if !summary.coverage_missing.is_empty() {
+        3
+    } else {
+        0
+    }
+}
+
+/// The coverage table, on stderr: every point, the runs that reached it and
+/// the first seed that did; then what was never reached, and what a
+/// scenario requires but did not get.
+pub fn print_coverage(s: &Summary) {
+    eprintln!("coverage ({} of {} points reached):", s.coverage.len() - s.never_reached.len(), s.coverage.len());
+    eprintln!("  {:<36} {:>8} {:>12}", "point", "runs", "first seed");
+    for (point, runs) in &s.coverage {
+        let first = s.coverage_first_seed.get(point).map_or("-".to_string(), |seed| seed.to_string());
+        eprintln!("  {point:<36} {runs:>8} {first:>12}");
+    }
+    if !s.never_reached.is_empty() {
+        eprintln!("never reached: {}", s.never_reached.join(" "));
+    }
+    for (scenario, missing) in &s.coverage_missing {
+        eprintln!("COVERAGE NOT REACHED: {scenario} requires {} (no run reached them)", missing.join(", "));
+    }
 }
 
 fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBar> {

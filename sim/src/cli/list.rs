@@ -23,5 +23,9 @@ pub fn run() -> Result<i32, String> {
     for (name, description) in invariants() {
         println!("  {name:<28} {description}");
     }
+    println!("coverage points:");
+    for p in crate::check::coverage::POINTS {
+        println!("  {:<36} {}", p.name, p.about);
+    }
     Ok(0)
 }

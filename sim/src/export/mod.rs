@@ -839,8 +839,8 @@ mod tests {
     fn a_violating_run_shows_its_violations() {
         use leasesim::defects::{Defect, Defects};
         let defects = Defects([Defect::UnfencedCompletion].into_iter().collect());
-        let (trace, svg, violations) = export_real_run("b-machines", 5, defects);
-        assert!(violations > 0, "b-machines seed 5 with unfenced-completion violates fenced-completion");
+        let (trace, svg, violations) = export_real_run("b-machines", 15, defects);
+        assert!(violations > 0, "b-machines seed 15 with unfenced-completion violates fenced-completion");
         let v: serde_json::Value = serde_json::from_str(&trace).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
         let found = events.iter().filter(|e| e["cat"] == "violation").count();

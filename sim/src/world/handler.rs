@@ -40,7 +40,7 @@ impl SimHandler {
     pub fn behaviour(&self, fence: Fence, kind: TaskKind) -> (u64, Option<TaskError>) {
         let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, fence.task, fence.attempt as u64));
         let w = &self.workload;
-        let work_ms = match kind {
+        let mut work_ms = match kind {
             TaskKind::Activity => rng.gen_range(w.activity_work_min_ms..=w.activity_work_max_ms),
             _ => rng.gen_range(w.work_min_ms..=w.work_max_ms),
         };
@@ -49,7 +49,15 @@ impl SimHandler {
             TaskKind::Job => w.job_fail_rate,
             _ => 0.0,
         };
-        let error = rng.gen_bool(fail_rate).then_some(TaskError::Conflict);
+        let mut error = rng.gen_bool(fail_rate).then_some(TaskError::Conflict);
+        // Drawn after the others, so that worlds without them replay as before.
+        let fatal = matches!(kind, TaskKind::AuthzMaterialization | TaskKind::Job) && rng.gen_bool(w.fatal_rate);
+        if fatal {
+            error = Some(TaskError::Fatal);
+        }
+        if rng.gen_bool(w.long_work_rate) && w.long_work_kinds.contains(&kind) {
+            work_ms = rng.gen_range(w.long_work_min_ms..=w.long_work_max_ms);
+        }
         (work_ms, error)
     }
 }

@@ -325,7 +325,8 @@ async fn run_client(
         .expect("client binds its address")
         .with_variant(variant);
     let start = tokio::time::Instant::now();
-    for (n, (at_ms, action)) in plan(seed, &scenario.workload).into_iter().enumerate() {
+    let heal_ms = scenario.phases.fault_phase_ms;
+    for (n, (at_ms, action)) in plan(seed, &scenario.workload, heal_ms).into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
         let call = n as u64 + 1;
         let client = Client::new(transport.as_sender(Sender::Client(call)), obs.clone(), rpc_timeout_ms);

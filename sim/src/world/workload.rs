@@ -19,8 +19,12 @@ pub enum Action {
 const RUN_BASE: GroupId = 1_000;
 const PIPELINE_BASE: GroupId = 2_000;
 
-/// The plan, sorted by time (ties keep generation order).
-pub fn plan(seed: u64, w: &Workload) -> Vec<(u64, Action)> {
+/// First index id of the builds enqueued after the heal.
+const LATE_INDEX_BASE: IndexId = 10_000;
+
+/// The plan, sorted by time (ties keep generation order). `heal_ms` is when
+/// the heal comes (the work enqueued after it counts from there).
+pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x776f_726b, 0));
     let at = |rng: &mut ChaCha8Rng| rng.gen_range(0..=w.enqueue_window_ms);
     let mut out = Vec::new();
@@ -60,6 +64,18 @@ pub fn plan(seed: u64, w: &Workload) -> Vec<(u64, Action)> {
         if let (TaskKind::IndexBuild, Some(index)) = (s.kind, s.index) {
             out.push((s.at_ms + w.query_after_ms, Action::Query { index, lag_timeout_ms: w.query_lag_timeout_ms }));
         }
+    }
+    // Drawn after everything else, so that worlds without late work replay as before.
+    let late_at = |rng: &mut ChaCha8Rng| heal_ms + w.after_heal_delay_ms + rng.gen_range(0..=w.after_heal_window_ms);
+    for i in 0..w.after_heal_index_builds {
+        let t = late_at(&mut rng);
+        let index = LATE_INDEX_BASE + i as IndexId;
+        out.push((t, Action::Enqueue(spec(TaskKind::IndexBuild, None, Some(index), 0))));
+        out.push((t + w.query_after_ms, Action::Query { index, lag_timeout_ms: w.query_lag_timeout_ms }));
+    }
+    for _ in 0..w.after_heal_jobs {
+        let t = late_at(&mut rng);
+        out.push((t, Action::Enqueue(spec(TaskKind::Job, None, None, 0))));
     }
     out.sort_by_key(|(t, _)| *t);
     out
