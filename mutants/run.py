@@ -113,6 +113,15 @@ def main():
         mutants = [m for m in mutants if m["name"] in args.only]
 
     scratch = ROOT / "target" / "mutants"
+    scratch.mkdir(parents=True, exist_ok=True)
+    # One run at a time: two runs would patch one scratch tree under each other.
+    lock = open(scratch / "lock", "w")
+    try:
+        import fcntl
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another mutants/run.py is running (lock {scratch / 'lock'})", file=sys.stderr)
+        return 2
     tree = sync_scratch(scratch)
     target_dir = scratch / "target"
     results = []

@@ -113,6 +113,12 @@ pub struct EngineConfig {
     pub maintenance_interval_ms: u64,
     /// Store-side duration of one index/bucket/tenant pass.
     pub maintenance_work_ms: u64,
+    /// Statement timeout of one pass's transaction (the lease-safe timeout):
+    /// past it the store aborts the pass and the worker tries again later.
+    pub maintenance_timeout_ms: u64,
+    /// After a pass that failed, the next of its kind waits
+    /// `maintenance_interval_ms * 2^(failures-1)`, at most this long.
+    pub maintenance_backoff_cap_ms: u64,
     /// After a failure's backoff, tell peers the task is ready again.
     pub notify_peers: bool,
     /// Defect switches (all off: the correct engine). Never read from a
@@ -147,6 +153,8 @@ impl Default for EngineConfig {
             maintenance: vec![],
             maintenance_interval_ms: 5_000,
             maintenance_work_ms: 200,
+            maintenance_timeout_ms: 29_000,
+            maintenance_backoff_cap_ms: 60_000,
             notify_peers: false,
             defects: Defects::none(),
         }
@@ -159,6 +167,13 @@ impl EngineConfig {
         debug_assert!(retries >= 1);
         let shift = retries.saturating_sub(1).min(20);
         self.retry_base_ms.saturating_mul(1 << shift).min(self.retry_cap_ms)
+    }
+
+    /// The wait before the next pass of a kind whose last `failures` passes
+    /// failed in a row.
+    pub fn maintenance_backoff_ms(&self, failures: u32) -> u64 {
+        let shift = failures.saturating_sub(1).min(20);
+        self.maintenance_interval_ms.saturating_mul(1 << shift).min(self.maintenance_backoff_cap_ms)
     }
 
     /// Repair backoff before the `n`-th consecutive repair attempt of a group.
@@ -182,6 +197,7 @@ impl EngineConfig {
             ("finalize_deadline_ms", self.finalize_deadline_ms),
             ("rpc_timeout_ms", self.rpc_timeout_ms),
             ("maintenance_interval_ms", self.maintenance_interval_ms),
+            ("maintenance_timeout_ms", self.maintenance_timeout_ms),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -193,6 +209,9 @@ impl EngineConfig {
         }
         if self.retry_cap_ms < self.retry_base_ms {
             return Err("retry_cap_ms must be at least retry_base_ms".into());
+        }
+        if self.maintenance_backoff_cap_ms < self.maintenance_interval_ms {
+            return Err("maintenance_backoff_cap_ms must be at least maintenance_interval_ms".into());
         }
         Ok(())
     }

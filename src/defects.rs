@@ -33,10 +33,15 @@ pub enum Defect {
     /// C2: group repair judges only the oldest leased task of a group.
     /// Read in `store::repair::expired_tasks`.
     RepairHidesExpiredLease,
+    /// A fix3: maintenance passes are single-flight and polled by the claim
+    /// loop, but never timeout-cancelled: a pass that hangs stays in flight
+    /// forever and its kind never runs again. Read in
+    /// `worker::maintenance::run_pass`.
+    UncancelledMaintenance,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 8] = [
+    pub const ALL: [Defect; 9] = [
         Defect::UnboundedFinalize,
         Defect::InlineMaintenance,
         Defect::SingleShardSerialization,
@@ -45,6 +50,7 @@ impl Defect {
         Defect::NonatomicStageComplete,
         Defect::StaleSnapshotEnqueue,
         Defect::RepairHidesExpiredLease,
+        Defect::UncancelledMaintenance,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +63,7 @@ impl Defect {
             Defect::NonatomicStageComplete => "nonatomic-stage-complete",
             Defect::StaleSnapshotEnqueue => "stale-snapshot-enqueue",
             Defect::RepairHidesExpiredLease => "repair-hides-expired-lease",
+            Defect::UncancelledMaintenance => "uncancelled-maintenance",
         }
     }
 
@@ -71,6 +78,7 @@ impl Defect {
             Defect::NonatomicStageComplete => "B3, seeds/001: orphan stage task between two transactions",
             Defect::StaleSnapshotEnqueue => "B4, seeds/001: delayed snapshot re-creates a done stage's task",
             Defect::RepairHidesExpiredLease => "C2, seeds/002: repair sees only the oldest leased task",
+            Defect::UncancelledMaintenance => "A fix3, seeds/000: a finalization pass stays in flight forever",
         }
     }
 
@@ -84,6 +92,9 @@ impl Defect {
             Defect::NonatomicStageComplete => "stage link cleared and task deleted in two transactions",
             Defect::StaleSnapshotEnqueue => "the stage enqueue guard checks only that no task is linked",
             Defect::RepairHidesExpiredLease => "group repair judges only the oldest leased task",
+            Defect::UncancelledMaintenance => {
+                "maintenance passes are never timeout-cancelled: a hung pass blocks its kind for good"
+            }
         }
     }
 

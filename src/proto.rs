@@ -71,10 +71,14 @@ pub enum Request {
     Repair {
         by: Owner,
     },
-    /// One maintenance pass of one kind (index, bucket, tenant).
+    /// One maintenance pass of one kind (index, bucket, tenant). An index
+    /// pass finalizes every built index: it becomes materialized. The pass
+    /// runs as one transaction under a statement timeout (`None`: none):
+    /// past it the store aborts the pass with nothing applied.
     Maintain {
         owner: Owner,
         kind: MaintenanceKind,
+        timeout_ms: Option<u64>,
     },
     /// A snapshot of stages that are due and have no task.
     PipelineSnapshot {
@@ -148,6 +152,9 @@ pub enum Rejection {
     StageGuard,
     /// A write conflict aborted the transaction.
     Conflict,
+    /// The statement timed out: the transaction is no longer open and
+    /// nothing was applied.
+    TimedOut,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -913,3 +913,63 @@ fn c_broken(run: &Run) {
     );
     c_activity_untouched(run, c.activity);
 }
+
+// ---------------------------------------------------------------------------
+// A fix3 / E2E36: a finalization pass that hangs
+// ---------------------------------------------------------------------------
+
+/// Every maintenance pass reaching the store from 20 s to 60 s hangs.
+fn e2e36_plan() -> Vec<FaultEvent> {
+    vec![FaultEvent { rate: 1.0, ..fault(FaultKind::HungMaintenance, 20_000, 40_000) }]
+}
+
+#[test]
+fn e2e36_a_stuck_finalization_pass_does_not_keep_later_indexes_unmaterialized() {
+    check(&Regression {
+        scenario: "e2e36-stuck-finalization",
+        defect: Defect::UncancelledMaintenance,
+        plan: e2e36_plan,
+        fixed: e2e36_fixed,
+        broken: e2e36_broken,
+        broken_violates: &["materialization"],
+    });
+}
+
+/// The queries of the indexes created after the heal: (index, materialized).
+fn e2e36_late_answers(run: &Run) -> Vec<(IndexId, bool)> {
+    let results: Vec<(IndexId, bool)> =
+        run.query_results().into_iter().map(|(_, r)| r).filter(|(index, _)| *index >= 5).collect();
+    assert_eq!(results.len(), 4, "{run}: queries of the late indexes {results:?}");
+    results
+}
+
+fn e2e36_fixed(run: &Run) {
+    let heal = run.heal_ms();
+    // Passes hung in the window and were cut by their statement timeout ...
+    let hung = run.injections(FaultKind::HungMaintenance);
+    assert!(!hung.is_empty(), "{run}: no pass hung");
+    // ... every index was finalized: the early ones soon after the window,
+    // the late ones in time for their query.
+    for index in [1, 2] {
+        let at = run.materialized(index).unwrap_or_else(|| panic!("{run}: index {index} never materialized"));
+        assert!(at < heal, "{run}: index {index} materialized at {at} ms, after the heal at {heal} ms");
+    }
+    assert!(e2e36_late_answers(run).iter().all(|(_, m)| *m), "{run}: {:?}", e2e36_late_answers(run));
+}
+
+fn e2e36_broken(run: &Run) {
+    // The first hung index pass stays in flight: the worker keeps saying so,
+    // with ever larger ages, and no index is finalized after it.
+    let ages: Vec<u64> = run
+        .events()
+        .filter_map(|(_, e)| match e {
+            Event::MaintenanceStillRunning { kind: leasesim::config::MaintenanceKind::Index, age_ms, .. } => {
+                Some(*age_ms)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(ages.len() > 10 && ages.windows(2).all(|w| w[0] < w[1]), "{run}: still-running ages {ages:?}");
+    assert!(ages.last().is_some_and(|&a| a > 120_000), "{run}: the pass was not stuck for good: {ages:?}");
+    assert!(e2e36_late_answers(run).iter().all(|(_, m)| !*m), "{run}: {:?}", e2e36_late_answers(run));
+}

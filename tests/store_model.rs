@@ -15,7 +15,9 @@
 //!   repair look due at once;
 //! - renew: expiry = now + TTL (heartbeat-owned kinds: nothing changes, the
 //!   answer is u64::MAX); lease-valid: fence holds and expiry (if any) > now;
-//! - complete: Done; an index build with an index materializes it;
+//! - complete: Done; an index build with an index is built (not yet
+//!   materialized); an index maintenance pass materializes every built index
+//!   (idempotent);
 //! - fail: retries + 1; Dead if fatal or retries > max_retries, else Ready
 //!   with retry_at = now + min(base * 2^(retries-1), cap);
 //! - release-dead: leased heartbeat-owned tasks whose owner is dead: a newer
@@ -35,7 +37,7 @@
 //! retry_at. Sequences run with a fixed seed (override with PROPTEST_RNG_SEED)
 //! and a fixed case count; failures are not persisted to files.
 
-use leasesim::config::{EngineConfig, LeaseTtls};
+use leasesim::config::{EngineConfig, LeaseTtls, MaintenanceKind};
 use leasesim::event::{Event, Observer, ReleaseCause, WriteKind};
 use leasesim::handler::TaskError;
 use leasesim::ids::{Fence, GroupId, IndexId, Owner, TaskId};
@@ -80,6 +82,8 @@ struct Model {
     last_heartbeat: BTreeMap<Owner, u64>,
     newest_incarnation: BTreeMap<u32, u32>,
     repair: BTreeMap<GroupId, MRepair>,
+    /// Built indexes waiting for a finalization pass, with their build task.
+    built: BTreeMap<IndexId, TaskId>,
     materialized: BTreeSet<IndexId>,
 }
 
@@ -98,6 +102,7 @@ impl Model {
             last_heartbeat: BTreeMap::new(),
             newest_incarnation: BTreeMap::new(),
             repair: BTreeMap::new(),
+            built: BTreeMap::new(),
             materialized: BTreeSet::new(),
         }
     }
@@ -279,8 +284,8 @@ impl Model {
                         terminal: true,
                     });
                     if let (TaskKind::IndexBuild, Some(index)) = (t.spec.kind, t.spec.index) {
-                        if self.materialized.insert(index) {
-                            ev.push(Event::IndexMaterialized { index, task: fence.task });
+                        if !self.materialized.contains(&index) {
+                            self.built.entry(index).or_insert(fence.task);
                         }
                     }
                     Response::Applied { retries, retry_at_ms: None }
@@ -349,6 +354,17 @@ impl Model {
                     self.release(now, id, ReleaseCause::Expired, &mut ev);
                 }
                 Response::Released { tasks: victims.len() as u32 }
+            }
+            Request::Maintain { owner, kind, .. } => {
+                if *kind == MaintenanceKind::Index {
+                    for (index, task) in std::mem::take(&mut self.built) {
+                        if self.materialized.insert(index) {
+                            ev.push(Event::IndexMaterialized { index, task });
+                        }
+                    }
+                }
+                ev.push(Event::MaintenanceApplied { owner: *owner, kind: *kind });
+                Response::Ack
             }
             Request::Repair { .. } => {
                 let groups: BTreeSet<GroupId> = self
@@ -452,6 +468,8 @@ enum Op {
     ReleaseDead,
     ReclaimExpired,
     Repair,
+    /// An index finalization pass.
+    FinalizeIndexes,
 }
 
 fn owner() -> impl Strategy<Value = Owner> {
@@ -490,6 +508,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::ReleaseDead),
         2 => Just(Op::ReclaimExpired),
         3 => Just(Op::Repair),
+        2 => Just(Op::FinalizeIndexes),
     ]
 }
 
@@ -535,6 +554,7 @@ fn request(op: &Op, now: u64, model: &Model, granted: &[Fence]) -> Request {
         Op::ReleaseDead => Request::ReleaseDead { by: JANITOR },
         Op::ReclaimExpired => Request::ReclaimExpired { by: JANITOR },
         Op::Repair => Request::Repair { by: JANITOR },
+        Op::FinalizeIndexes => Request::Maintain { owner: JANITOR, kind: MaintenanceKind::Index, timeout_ms: None },
         Op::Advance(_) | Op::AdvanceToEdge(..) => unreachable!("advancing time is not a request"),
     }
 }

@@ -121,3 +121,45 @@ fn a_campaign_records_panics_hangs_and_resource_limits_and_goes_on() {
     assert!(summary.failures[0].message.contains("sabotage"), "{:?}", summary.failures[0]);
     assert!(summary.failures.iter().all(|f| f.replay.contains(&format!("--seed {}", f.seed))));
 }
+
+#[test]
+fn guided_campaigns_are_deterministic_and_save_explicit_plans() {
+    let dir = std::env::temp_dir().join(format!("leasesim-guided-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().expect("utf-8 temp dir");
+    let run = |jobs: &str| {
+        let args = [
+            "fuzz",
+            "--scenario",
+            "swarm",
+            "--seeds",
+            "40",
+            "--guided",
+            "--jobs",
+            jobs,
+            "--defect",
+            "retry-clock-reset",
+            "--save",
+            dir_arg,
+            "--json",
+        ];
+        let (code, out) = leasesim(&args);
+        assert_eq!(code, 1, "the defect is found: {out}");
+        let mut summary: serde_json::Value = serde_json::from_str(&out).expect("--json prints one object");
+        let guided = summary["guided"].clone();
+        assert!(guided["mutated"].as_u64().expect("mutated runs") > 0, "{guided}");
+        for timing in ["wall_seconds", "seeds_per_second", "events_per_second"] {
+            summary[timing] = serde_json::Value::Null;
+        }
+        summary
+    };
+    // The same campaign on one job and on two: the same runs, the same summary.
+    assert_eq!(run("1"), run("2"), "a guided campaign depends on the number of jobs");
+    let saved = corpus::entries(&dir).expect("saved entries");
+    assert_eq!(saved.len(), 1, "one entry per signature: {saved:?}");
+    let entry = Entry::load(&saved[0]).expect("the saved entry parses");
+    assert_eq!(entry.faults, corpus::FaultsMode::Explicit);
+    let (code, out) = leasesim(&["replay", saved[0].to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "the saved guided failure replays on its own: {out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

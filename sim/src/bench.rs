@@ -2,11 +2,12 @@
 //! find each real defect (seeds the fuzzer needs before the invariant that
 //! the real bug broke is reported).
 
-use crate::fuzz::{self, Campaign, SeedSpace, Target};
+use crate::fuzz::{self, Campaign, Progress, SeedSpace, Target};
 use crate::runner::{PlanSource, DEFAULT_WATCHDOG};
 use leasesim::defects::{Defect, Defects};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::AtomicBool;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The invariant each real bug broke (design §2 and §5).
 pub fn invariant_of(defect: Defect) -> &'static str {
@@ -19,6 +20,7 @@ pub fn invariant_of(defect: Defect) -> &'static str {
         Defect::NonatomicStageComplete => "no-resurrection",
         Defect::StaleSnapshotEnqueue => "no-resurrection",
         Defect::RepairHidesExpiredLease => "expired-lease-recovery",
+        Defect::UncancelledMaintenance => "materialization",
     }
 }
 
@@ -31,6 +33,7 @@ pub fn home_scenario(defect: Defect) -> &'static str {
         | Defect::NonatomicStageComplete
         | Defect::StaleSnapshotEnqueue => "b-machines",
         Defect::RepairHidesExpiredLease => "c-workflows",
+        Defect::UncancelledMaintenance => "a-index-builds",
     }
 }
 
@@ -39,6 +42,8 @@ pub struct FindResult {
     pub defect: String,
     pub scenario: String,
     pub invariant: String,
+    /// `plain` or `guided`.
+    pub mode: String,
     /// Seeds needed from each starting seed (None: not found within the cap).
     pub seeds_needed: Vec<Option<u64>>,
     pub median: Option<u64>,
@@ -47,56 +52,192 @@ pub struct FindResult {
     pub wall_seconds: f64,
 }
 
-/// From each of `starts` independent starting seeds, how many consecutive
-/// seeds run before `defect`'s invariant is reported (at most `cap`).
-pub fn time_to_find(defect: Defect, target: &Target, starts: u64, cap: u64, jobs: usize) -> FindResult {
+/// How a measured campaign picks its runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Plain,
+    Guided,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Guided => "guided",
+        }
+    }
+}
+
+/// The `k`-th independent starting seed (far apart in the seed space).
+fn start_of(k: u64) -> u64 {
+    1_000_003 * (k + 1)
+}
+
+/// Runs a campaign of at most `seeds` seeds from `start` over `targets` in
+/// `mode`, handing every run to `seen` until it answers "stop".
+fn campaign_from(
+    targets: &[Target],
+    start: u64,
+    seeds: u64,
+    jobs: usize,
+    defects: Defects,
+    mode: Mode,
+    mut seen: impl FnMut(&Progress<'_>) -> bool,
+) {
+    let campaign = Campaign {
+        targets: targets.to_vec(),
+        seeds: SeedSpace::range(start, Some(start + seeds)),
+        deadline: None,
+        jobs,
+        plan: PlanSource::Swarm,
+        watchdog: DEFAULT_WATCHDOG,
+        defects,
+        sabotage: None,
+    };
+    let stop = AtomicBool::new(false);
+    let on_progress = |p: Progress<'_>| {
+        if seen(&p) {
+            stop.store(true, Ordering::Relaxed);
+        }
+    };
+    match mode {
+        Mode::Plain => {
+            fuzz::run(&campaign, &stop, on_progress);
+        }
+        Mode::Guided => {
+            crate::guided::run(&campaign, &stop, on_progress);
+        }
+    }
+}
+
+/// The median of `needed`, counting a miss as more than any hit; `None`
+/// when half or more missed.
+fn median_needed(needed: &[Option<u64>]) -> Option<u64> {
+    let hits = needed.iter().flatten().count();
+    if hits * 2 <= needed.len() {
+        return None;
+    }
+    let mut all: Vec<u64> = needed.iter().map(|n| n.unwrap_or(u64::MAX)).collect();
+    all.sort_unstable();
+    Some(all[all.len() / 2])
+}
+
+/// From each of `starts` independent starting seeds, how many runs the
+/// fuzzer needs before `defect`'s invariant is reported (at most `cap`).
+pub fn time_to_find(defect: Defect, target: &Target, starts: u64, cap: u64, jobs: usize, mode: Mode) -> FindResult {
     let invariant = invariant_of(defect);
     let started = std::time::Instant::now();
-    let batch = (jobs as u64 * 4).max(4);
     let mut needed = Vec::new();
     for k in 0..starts {
-        // Independent starting points far apart in the seed space.
-        let start = 1_000_003 * (k + 1);
-        let mut found = None;
-        let mut offset = 0;
-        while found.is_none() && offset < cap {
-            let n = batch.min(cap - offset);
-            let campaign = Campaign {
-                targets: vec![target.clone()],
-                seeds: SeedSpace::range(start + offset, Some(start + offset + n)),
-                deadline: None,
-                jobs,
-                plan: PlanSource::Swarm,
-                watchdog: DEFAULT_WATCHDOG,
-                defects: Defects([defect].into_iter().collect()),
-                sabotage: None,
-            };
-            let summary = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
-            found = summary.failures.iter().filter(|f| f.invariant == invariant).map(|f| f.seed - start + 1).min();
-            offset += n;
-        }
-        needed.push(found);
+        let mut first: Option<u64> = None;
+        campaign_from(
+            std::slice::from_ref(target),
+            start_of(k),
+            cap,
+            jobs,
+            Defects([defect].into_iter().collect()),
+            mode,
+            |p| {
+                let hit = matches!(p.last, Ok(o) if o.violations.iter().any(|v| v.invariant == invariant));
+                if hit {
+                    first = Some(first.map_or(p.index + 1, |f| f.min(p.index + 1)));
+                }
+                hit
+            },
+        );
+        needed.push(first);
     }
-    let mut sorted: Vec<u64> = needed.iter().flatten().copied().collect();
-    sorted.sort_unstable();
-    // Seeds that found nothing count as "more than the cap" for the median.
-    let median = if sorted.len() * 2 > needed.len() {
-        let mut all: Vec<u64> = needed.iter().map(|n| n.unwrap_or(u64::MAX)).collect();
-        all.sort_unstable();
-        Some(all[all.len() / 2])
-    } else {
-        None
-    };
     FindResult {
         defect: defect.name().to_string(),
         scenario: target.arg.clone(),
         invariant: invariant.to_string(),
-        found: sorted.len(),
+        mode: mode.name().to_string(),
+        found: needed.iter().flatten().count(),
         starts: needed.len(),
+        median: median_needed(&needed),
         seeds_needed: needed,
-        median,
         wall_seconds: started.elapsed().as_secs_f64(),
     }
+}
+
+/// The coverage points a plain campaign of `seeds` seeds reached least
+/// often (but at least once), rarest first, with their counts.
+pub fn rarest_points(targets: &[Target], seeds: u64, jobs: usize, how_many: usize) -> Vec<(String, u64)> {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    campaign_from(targets, 1, seeds, jobs, Defects::none(), Mode::Plain, |p| {
+        if let Ok(o) = p.last {
+            for point in &o.coverage {
+                *counts.entry(point.clone()).or_default() += 1;
+            }
+        }
+        false
+    });
+    let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(how_many);
+    ranked
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoverResult {
+    pub point: String,
+    pub mode: String,
+    /// Runs needed from each start before the point was first reached.
+    pub runs_needed: Vec<Option<u64>>,
+    pub median: Option<u64>,
+    /// Runs that reached the point, from each start (over the whole budget).
+    pub runs_reaching: Vec<u64>,
+    pub median_reaching: u64,
+}
+
+/// From each of `starts` independent starting seeds, how many runs a
+/// campaign in `mode` needs before it first reaches each of `points` (at
+/// most `cap` seeds over all targets).
+pub fn time_to_cover(
+    targets: &[Target],
+    points: &[String],
+    starts: u64,
+    cap: u64,
+    jobs: usize,
+    mode: Mode,
+) -> Vec<CoverResult> {
+    let mut needed: Vec<Vec<Option<u64>>> = vec![Vec::new(); points.len()];
+    let mut reaching: Vec<Vec<u64>> = vec![Vec::new(); points.len()];
+    for k in 0..starts {
+        let mut first: Vec<Option<u64>> = vec![None; points.len()];
+        let mut hits = vec![0; points.len()];
+        campaign_from(targets, start_of(k), cap, jobs, Defects::none(), mode, |p| {
+            if let Ok(o) = p.last {
+                for (i, point) in points.iter().enumerate() {
+                    if o.coverage.contains(point) {
+                        first[i] = Some(first[i].map_or(p.index + 1, |f| f.min(p.index + 1)));
+                        hits[i] += 1;
+                    }
+                }
+            }
+            false
+        });
+        for (i, f) in first.into_iter().enumerate() {
+            needed[i].push(f);
+            reaching[i].push(hits[i]);
+        }
+    }
+    points
+        .iter()
+        .zip(needed.into_iter().zip(reaching))
+        .map(|(point, (runs, hits))| {
+            let mut sorted = hits.clone();
+            sorted.sort_unstable();
+            CoverResult {
+                point: point.clone(),
+                mode: mode.name().to_string(),
+                median: median_needed(&runs),
+                runs_needed: runs,
+                median_reaching: sorted.get(sorted.len() / 2).copied().unwrap_or(0),
+                runs_reaching: hits,
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -119,10 +119,15 @@ pub struct Summary {
     /// Per scenario: required coverage points it never reached (judged only
     /// once the scenario ran its `min_seeds`).
     pub coverage_missing: BTreeMap<String, Vec<String>>,
+    /// What a guided campaign did (`fuzz --guided`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guided: Option<crate::guided::GuidedStats>,
 }
 
 /// What a finished run reports to whoever watches the campaign.
 pub struct Progress<'a> {
+    /// This run's place in the campaign (0-based; the order results fold in).
+    pub index: u64,
     pub done: u64,
     /// Runs in the campaign (None: bounded only by time).
     pub total: Option<u64>,
@@ -154,21 +159,47 @@ impl Campaign {
 pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(Progress<'_>)) -> Summary {
     let started = Instant::now();
     let total = campaign.total_runs();
+    let mut tally = Tally::default();
+    let deadline = campaign.deadline;
+    let out_of_time = || stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+    run_specs(
+        |index| if out_of_time() { None } else { campaign.spec(index) },
+        campaign,
+        |index, spec, result| {
+            let failures = tally.failures() + failed(&result) as u64;
+            on_progress(Progress { index, done: tally.runs() + 1, total, failures, last: &result, spec: &spec });
+            tally.add(index, spec, result);
+        },
+    );
+    tally.finish(&campaign.targets, started)
+}
+
+fn failed(result: &Result<Outcome, RunError>) -> bool {
+    !passed(result)
+}
+
+/// Did the run finish without a violation?
+pub fn passed(result: &Result<Outcome, RunError>) -> bool {
+    matches!(result, Ok(o) if o.violations.is_empty())
+}
+
+/// Runs the specs `spec(0)`, `spec(1)`, ... (until it answers `None`) on the
+/// campaign's jobs, each seed on a fresh thread; hands each result to
+/// `done` as it comes (in any order; the index says where it belongs).
+pub fn run_specs(
+    spec: impl Fn(u64) -> Option<RunSpec> + Sync,
+    campaign: &Campaign,
+    mut done: impl FnMut(u64, RunSpec, Result<Outcome, RunError>),
+) {
     let next = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel::<(u64, RunSpec, Result<Outcome, RunError>)>();
-    let mut results: BTreeMap<u64, (RunSpec, Result<Outcome, RunError>)> = BTreeMap::new();
+    let spec = &spec;
     std::thread::scope(|scope| {
         for _ in 0..campaign.jobs.max(1) {
             let (tx, next) = (tx.clone(), next.clone());
             scope.spawn(move || loop {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                if campaign.deadline.is_some_and(|d| Instant::now() >= d) {
-                    return;
-                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(spec) = campaign.spec(index) else { return };
+                let Some(spec) = spec(index) else { return };
                 let result = runner::run_seed(&spec, campaign.watchdog);
                 if tx.send((index, spec, result)).is_err() {
                     return;
@@ -176,23 +207,60 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
             });
         }
         drop(tx);
-        let mut failures = 0;
         for (index, spec, result) in rx {
-            if !matches!(&result, Ok(o) if o.violations.is_empty()) {
-                failures += 1;
-            }
-            on_progress(Progress { done: results.len() as u64 + 1, total, failures, last: &result, spec: &spec });
-            results.insert(index, (spec, result));
+            done(index, spec, result);
         }
     });
-    let mut summary = Summary {
-        coverage: crate::check::coverage::POINTS.iter().map(|p| (p.name.to_string(), 0)).collect(),
-        ..Summary::default()
-    };
-    let mut per_scenario: BTreeMap<String, (u64, BTreeSet<String>)> = BTreeMap::new();
-    for (spec, result) in results.values() {
+}
+
+/// Folds results into a summary in index order, whatever order they come
+/// in, and keeps only those that came early: a campaign of any length holds
+/// a bounded number of outcomes at once.
+#[derive(Default)]
+pub struct Tally {
+    summary: Summary,
+    /// Per scenario: runs folded and the coverage points they reached.
+    per_scenario: BTreeMap<String, (u64, BTreeSet<String>)>,
+    /// The next index to fold, and results that came before it.
+    next: u64,
+    early: BTreeMap<u64, (RunSpec, Result<Outcome, RunError>)>,
+    failures: u64,
+    runs: u64,
+}
+
+impl Tally {
+    pub fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    pub fn add(&mut self, index: u64, spec: RunSpec, result: Result<Outcome, RunError>) {
+        self.runs += 1;
+        self.failures += failed(&result) as u64;
+        self.early.insert(index, (spec, result));
+        while let Some((spec, result)) = self.early.remove(&self.next) {
+            self.fold(&spec, &result);
+            self.next += 1;
+        }
+    }
+
+    /// Skips an index that will never come (a run not started).
+    pub fn skip_to(&mut self, index: u64) {
+        while self.next < index && !self.early.contains_key(&self.next) {
+            self.next += 1;
+        }
+    }
+
+    fn fold(&mut self, spec: &RunSpec, result: &Result<Outcome, RunError>) {
+        let summary = &mut self.summary;
+        if summary.coverage.is_empty() {
+            summary.coverage = crate::check::coverage::POINTS.iter().map(|p| (p.name.to_string(), 0)).collect();
+        }
         if let Ok(o) = result {
-            let seen = per_scenario.entry(spec.scenario.name.clone()).or_default();
+            let seen = self.per_scenario.entry(spec.scenario.name.clone()).or_default();
             seen.0 += 1;
             seen.1.extend(o.coverage.iter().cloned());
         }
@@ -200,29 +268,42 @@ pub fn run(campaign: &Campaign, stop: &AtomicBool, mut on_progress: impl FnMut(P
         if summary.seeds_run.last() != Some(&spec.seed) {
             summary.seeds_run.push(spec.seed);
         }
-        fold(&mut summary, spec, result);
+        fold(summary, spec, result);
     }
-    summary.seeds_run.dedup();
-    summary.never_reached = summary.coverage.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
-    for target in &campaign.targets {
-        let need = &target.scenario.coverage;
-        let (runs, seen) = per_scenario.get(&target.scenario.name).cloned().unwrap_or_default();
-        let missing: Vec<String> = need.require.iter().filter(|p| !seen.contains(*p)).cloned().collect();
-        if runs >= need.min_seeds && !missing.is_empty() {
-            summary.coverage_missing.insert(target.scenario.name.clone(), missing);
+
+    /// The summary, once every result is in.
+    pub fn finish(mut self, targets: &[Target], started: Instant) -> Summary {
+        let rest: Vec<_> = std::mem::take(&mut self.early).into_values().collect();
+        for (spec, result) in &rest {
+            self.fold(spec, result);
         }
+        let mut summary = self.summary;
+        if summary.coverage.is_empty() {
+            summary.coverage = crate::check::coverage::POINTS.iter().map(|p| (p.name.to_string(), 0)).collect();
+        }
+        summary.seeds_run.sort_unstable();
+        summary.seeds_run.dedup();
+        summary.never_reached = summary.coverage.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+        for target in targets {
+            let need = &target.scenario.coverage;
+            let (runs, seen) = self.per_scenario.get(&target.scenario.name).cloned().unwrap_or_default();
+            let missing: Vec<String> = need.require.iter().filter(|p| !seen.contains(*p)).cloned().collect();
+            if runs >= need.min_seeds && !missing.is_empty() {
+                summary.coverage_missing.insert(target.scenario.name.clone(), missing);
+            }
+        }
+        summary.never_evaluated = crate::check::invariants()
+            .into_iter()
+            .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        summary.wall_seconds = started.elapsed().as_secs_f64();
+        if summary.wall_seconds > 0.0 {
+            summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;
+            summary.events_per_second = summary.events as f64 / summary.wall_seconds;
+        }
+        summary
     }
-    summary.never_evaluated = crate::check::invariants()
-        .into_iter()
-        .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
-        .map(|(name, _)| name.to_string())
-        .collect();
-    summary.wall_seconds = started.elapsed().as_secs_f64();
-    if summary.wall_seconds > 0.0 {
-        summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;
-        summary.events_per_second = summary.events as f64 / summary.wall_seconds;
-    }
-    summary
 }
 
 fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError>) {

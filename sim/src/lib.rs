@@ -11,6 +11,7 @@ pub mod corpus;
 pub mod export;
 pub mod faults;
 pub mod fuzz;
+pub mod guided;
 pub mod history;
 pub mod logs;
 pub mod outcome;

@@ -351,6 +351,11 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
         }
     }
+    let builds = w.index_builds + w.after_heal_index_builds > 0
+        || w.script.iter().any(|s| s.kind == leasesim::task::TaskKind::IndexBuild);
+    if builds && !s.engine.maintenance.contains(&leasesim::config::MaintenanceKind::Index) {
+        return Err("engine.maintenance: index builds need an \"index\" finalization pass to materialize".into());
+    }
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {
         return Err("workload: enqueues nothing".into());

@@ -11,7 +11,7 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, MaintenanceKind};
 use crate::defects::Defect;
 use crate::event::{Event, Observer, ReleaseCause, WriteKind};
 use crate::handler::TaskError;
@@ -46,6 +46,9 @@ pub struct Store {
     /// Newest incarnation seen per process: older ones are dead.
     incarnations: BTreeMap<ProcId, u32>,
     stages: BTreeMap<StageRef, StageRow>,
+    /// Indexes whose build completed, waiting for a finalization pass, with
+    /// the task that built them.
+    built: BTreeMap<IndexId, TaskId>,
     materialized: BTreeSet<IndexId>,
     repair: BTreeMap<GroupId, RepairState>,
 }
@@ -59,6 +62,7 @@ impl Store {
             heartbeats: BTreeMap::new(),
             incarnations: BTreeMap::new(),
             stages: BTreeMap::new(),
+            built: BTreeMap::new(),
             materialized: BTreeSet::new(),
             repair: BTreeMap::new(),
         }
@@ -142,7 +146,10 @@ impl Store {
             }
             Request::ReclaimExpired { .. } => self.reclaim_expired(now_ms, obs),
             Request::Repair { .. } => self.repair_groups(now_ms, obs),
-            Request::Maintain { owner, kind } => {
+            Request::Maintain { owner, kind, .. } => {
+                if *kind == MaintenanceKind::Index {
+                    self.finalize_indexes(obs);
+                }
                 obs.emit(Event::MaintenanceApplied { owner: *owner, kind: *kind });
                 Response::Ack
             }
@@ -242,9 +249,10 @@ impl Store {
         let (index, stage, kind) = (task.spec.index, task.spec.stage, task.spec.kind);
         obs.emit(Event::WriteApplied { fence, write: WriteKind::Complete, retries, retry_at_ms: None, terminal: true });
         // Completion effects commit in the same transaction as the task change.
+        // A built index waits for the next finalization pass.
         if let (TaskKind::IndexBuild, Some(index)) = (kind, index) {
-            if self.materialized.insert(index) {
-                obs.emit(Event::IndexMaterialized { index, task: fence.task });
+            if !self.materialized.contains(&index) {
+                self.built.entry(index).or_insert(fence.task);
             }
         }
         if let Some(stage) = stage {
@@ -310,6 +318,21 @@ impl Store {
             terminal: false,
         });
         Response::Applied { retries, retry_at_ms: None }
+    }
+
+    /// An index finalization pass: every built index becomes materialized.
+    /// Idempotent: a pass that finds nothing to do changes nothing.
+    fn finalize_indexes(&mut self, obs: &dyn Observer) {
+        for (index, task) in std::mem::take(&mut self.built) {
+            if self.materialized.insert(index) {
+                obs.emit(Event::IndexMaterialized { index, task });
+            }
+        }
+    }
+
+    /// Indexes built and not yet finalized.
+    pub fn built(&self) -> impl Iterator<Item = IndexId> + '_ {
+        self.built.keys().copied()
     }
 
     fn observe_incarnation(&mut self, owner: Owner) {

@@ -9,7 +9,7 @@ use super::Store;
 use crate::clock::Clock;
 use crate::config::EngineConfig;
 use crate::event::{Event, Observer};
-use crate::proto::{Request, Response};
+use crate::proto::{Rejection, Request, Response};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -60,8 +60,13 @@ impl StoreServer {
                 self.obs.emit(Event::QueryAnswered { index, materialized, waited_ms });
                 resp
             }
-            Request::Maintain { .. } => {
-                // A pass does real work on the store side before it commits.
+            Request::Maintain { timeout_ms, .. } => {
+                // A pass does real work on the store side before it commits,
+                // under its statement timeout.
+                if timeout_ms.is_some_and(|t| t < self.maintenance_work_ms) {
+                    tokio::time::sleep(Duration::from_millis(timeout_ms.unwrap_or(0))).await;
+                    return Response::Rejected { reason: Rejection::TimedOut };
+                }
                 tokio::time::sleep(Duration::from_millis(self.maintenance_work_ms)).await;
                 self.apply_now(&req)
             }

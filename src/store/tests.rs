@@ -8,6 +8,7 @@
 //! one check that compares the whole store before and after.
 
 use super::*;
+use crate::config::MaintenanceKind;
 use std::sync::Mutex;
 
 const A: Owner = Owner { proc: 1, incarnation: 0 };
@@ -528,7 +529,7 @@ fn fatal_failure_kills_the_task_at_once() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn completing_an_index_build_materializes_its_index_only() {
+fn a_completed_index_build_materializes_at_the_next_index_pass() {
     let mut h = Harness::new();
     let with_index = |kind, index| TaskSpec { index: Some(index), ..spec(kind, None) };
     let build = h.enqueue(with_index(TaskKind::IndexBuild, 9));
@@ -540,14 +541,24 @@ fn completing_an_index_build_materializes_its_index_only() {
 
     let resp = h.apply(Request::Complete { fence: fence_of(build) });
     assert_eq!(resp, Response::Applied { retries: 0, retry_at_ms: None });
+    assert!(!h.store.is_materialized(9), "a built index waits for a finalization pass");
+    assert_eq!(h.store.built().collect::<Vec<_>>(), vec![9]);
+    h.apply(Request::Fail { fence: fence_of(failing), error: TaskError::Fatal });
+    h.apply(Request::Complete { fence: fence_of(authz) });
+    assert!(!h.obs.take().iter().any(|e| matches!(e, Event::IndexMaterialized { .. })));
+
+    // Another kind of pass finalizes nothing; the index pass does.
+    let pass = |kind| Request::Maintain { owner: A, kind, timeout_ms: None };
+    h.apply(pass(MaintenanceKind::Bucket));
+    assert!(!h.store.is_materialized(9));
+    h.apply(pass(MaintenanceKind::Index));
     assert!(h.store.is_materialized(9));
+    assert!(!h.store.is_materialized(10), "a failed build materializes nothing");
+    assert!(!h.store.is_materialized(11), "only index builds materialize");
     assert!(h.obs.take().contains(&Event::IndexMaterialized { index: 9, task: build }));
     assert_eq!(h.apply(Request::QueryIndex { index: 9, lag_timeout_ms: 0 }), Response::Query { materialized: true });
-
-    h.apply(Request::Fail { fence: fence_of(failing), error: TaskError::Fatal });
-    assert!(!h.store.is_materialized(10), "a failed build materializes nothing");
-    h.apply(Request::Complete { fence: fence_of(authz) });
-    assert!(!h.store.is_materialized(11), "only index builds materialize");
+    // Finalization is idempotent: a second pass changes nothing.
+    h.apply(pass(MaintenanceKind::Index));
     assert!(!h.obs.take().iter().any(|e| matches!(e, Event::IndexMaterialized { .. })));
 }
 

@@ -142,7 +142,7 @@ mod tests {
     use leasesim::proto::{Request, Response};
 
     fn maintain(h: H, owner: leasesim::ids::Owner, req_done: bool) -> H {
-        let request = Request::Maintain { owner, kind: Index };
+        let request = Request::Maintain { owner, kind: Index, timeout_ms: Some(29_000) };
         if req_done {
             h.answer(
                 Sender::Worker(owner),
@@ -190,7 +190,7 @@ mod tests {
         a_lost_answer_ends_the_store_work:
             {
                 let h = H::new().up(o(1, 1)).at(10).pass_started(o(1, 1), Index, 1);
-                let (h, req) = h.arrive(Sender::Worker(o(1, 1)), Request::Maintain { owner: o(1, 1), kind: Index });
+                let (h, req) = h.arrive(Sender::Worker(o(1, 1)), Request::Maintain { owner: o(1, 1), kind: Index, timeout_ms: Some(29_000) });
                 h.ev(Event::MaintenanceApplied { owner: o(1, 1), kind: Index })
                     .fact(Fact::Answered { req, response: Response::Ack, commit: Default::default(), reply: crate::truth::Reply::Lost })
                     .build()

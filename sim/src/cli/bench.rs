@@ -7,9 +7,11 @@ use leasesim::defects::Defect;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to measure: `throughput` (seeds/s, 1 job and N jobs) or `find`
-    /// (seeds needed to find each defect). Example: bench find
-    #[arg(value_parser = ["throughput", "find"])]
+    /// What to measure: `throughput` (seeds/s, 1 job and N jobs), `find`
+    /// (seeds needed to find each defect) or `coverage` (runs needed to first
+    /// reach the rarest coverage points, plain against guided).
+    /// Example: bench find
+    #[arg(value_parser = ["throughput", "find", "coverage"])]
     pub what: String,
     /// Throughput: the scenario. Example: --scenario swarm
     #[arg(long, default_value = "swarm")]
@@ -30,6 +32,18 @@ pub struct BenchArgs {
     /// (e.g. `swarm`). Example: --on swarm
     #[arg(long)]
     pub on: Option<String>,
+    /// Find: also measure guided campaigns (`fuzz --guided`), side by side.
+    /// Example: --guided
+    #[arg(long)]
+    pub guided: bool,
+    /// Coverage: seeds of the plain reference campaign (over every built-in
+    /// scenario) that ranks the points by how often it reached them.
+    /// Example: --reference 500
+    #[arg(long, default_value_t = 500)]
+    pub reference: u64,
+    /// Coverage: how many of the rarest points to measure. Example: --points 10
+    #[arg(long, default_value_t = 10)]
+    pub points: usize,
     /// Find: only these defects (repeatable; default all).
     #[command(flatten)]
     pub defects: super::common::DefectArgs,
@@ -75,36 +89,87 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         }
         return Ok(0);
     }
+    if args.what == "coverage" {
+        return coverage(&args, jobs);
+    }
     let defects: Vec<Defect> =
         if args.defects.defects.is_empty() { Defect::ALL.to_vec() } else { args.defects.defects.clone() };
+    let modes: &[bench::Mode] =
+        if args.guided { &[bench::Mode::Plain, bench::Mode::Guided] } else { &[bench::Mode::Plain] };
     if !args.json {
-        println!("| defect | scenario | invariant | found | median seeds to find | min..max |");
-        println!("|---|---|---|---|---|---|");
+        println!("| defect | scenario | invariant | mode | found | median seeds to find | min..max |");
+        println!("|---|---|---|---|---|---|---|");
     }
     for defect in defects {
         let scenario = args.on.clone().unwrap_or_else(|| bench::home_scenario(defect).to_string());
         let target = targets(&scenario)?.remove(0);
-        let r = bench::time_to_find(defect, &target, args.starts, args.cap, jobs);
-        if args.json {
-            println!("{}", serde_json::to_string(&r).expect("serializes"));
-        } else {
+        for &mode in modes {
+            let r = bench::time_to_find(defect, &target, args.starts, args.cap, jobs, mode);
+            if args.json {
+                println!("{}", serde_json::to_string(&r).expect("serializes"));
+                continue;
+            }
             let found: Vec<u64> = r.seeds_needed.iter().flatten().copied().collect();
             let range = match (found.iter().min(), found.iter().max()) {
                 (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
                 _ => "-".into(),
             };
-            let median = r.median.map_or(format!("> {}", args.cap), |m| {
-                if m == u64::MAX {
-                    format!("> {}", args.cap)
-                } else {
-                    m.to_string()
-                }
-            });
             println!(
-                "| {} | {} | {} | {}/{} | {} | {} |",
-                r.defect, r.scenario, r.invariant, r.found, r.starts, median, range
+                "| {} | {} | {} | {} | {}/{} | {} | {} |",
+                r.defect,
+                r.scenario,
+                r.invariant,
+                r.mode,
+                r.found,
+                r.starts,
+                show_median(r.median, args.cap),
+                range
             );
         }
+    }
+    Ok(0)
+}
+
+fn show_median(median: Option<u64>, cap: u64) -> String {
+    match median {
+        Some(m) if m != u64::MAX => m.to_string(),
+        _ => format!("> {cap}"),
+    }
+}
+
+/// Runs to first reach the rarest coverage points, plain against guided.
+fn coverage(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    let all = targets("all")?;
+    let rarest = bench::rarest_points(&all, args.reference, jobs, args.points);
+    let points: Vec<String> = rarest.iter().map(|(p, _)| p.clone()).collect();
+    let plain = bench::time_to_cover(&all, &points, args.starts, args.cap, jobs, bench::Mode::Plain);
+    let guided = bench::time_to_cover(&all, &points, args.starts, args.cap, jobs, bench::Mode::Guided);
+    let runs = args.cap * all.len() as u64;
+    if args.json {
+        for r in plain.iter().chain(&guided) {
+            println!("{}", serde_json::to_string(r).expect("serializes"));
+        }
+        return Ok(0);
+    }
+    println!(
+        "| point | reached in the reference ({} runs) | median runs to first reach: plain | guided | plain / guided | runs reaching it (of {runs}): plain | guided |",
+        args.reference * all.len() as u64
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for ((p, g), (_, count)) in plain.iter().zip(&guided).zip(&rarest) {
+        let ratio = match (p.median, g.median) {
+            (Some(a), Some(b)) if a != u64::MAX && b != u64::MAX => format!("{:.1}x", a as f64 / b as f64),
+            (_, Some(b)) if b != u64::MAX => format!("> {:.1}x", runs as f64 / b as f64),
+            _ => "-".into(),
+        };
+        println!(
+            "| {} | {count} | {} | {} | {ratio} | {} | {} |",
+            p.point,
+            show_median(p.median, runs),
+            show_median(g.median, runs),
+            p.median_reaching,
+            g.median_reaching
+        );
     }
     Ok(0)
 }

@@ -3,8 +3,9 @@
 
 use super::run::FaultsArg;
 use crate::corpus::{self, Entry, FaultsMode};
-use crate::fuzz::{self, Campaign, Failure, SeedSpace, Summary, Target};
-use crate::runner::{self, PlanSource};
+use crate::fuzz::{self, Campaign, Failure, Progress, SeedSpace, Summary, Target};
+use crate::guided;
+use crate::runner::{self, PlanSource, RunSpec};
 use crate::scenario;
 use clap::Args;
 use std::collections::BTreeSet;
@@ -52,6 +53,13 @@ pub struct FuzzArgs {
     /// Example: --faults none
     #[arg(long, value_enum, default_value_t = FaultsArg::Swarm)]
     pub faults: FaultsArg,
+    /// Guided swarm: beside fresh seeds, keep the runs that reached rare
+    /// coverage points and run mutations of their fault plans, giving more
+    /// runs to what was reached least. Deterministic; failures are saved with
+    /// their explicit plans (to --save DIR, or target/leasesim-failures).
+    /// Example: --guided
+    #[arg(long)]
+    pub guided: bool,
     #[command(flatten)]
     pub defects: super::common::DefectArgs,
 }
@@ -104,12 +112,11 @@ struct Saver {
     dir: PathBuf,
     seen: BTreeSet<(String, String, Vec<leasesim::defects::Defect>)>,
     command: String,
-    faults: FaultsMode,
     saved: Vec<PathBuf>,
 }
 
 impl Saver {
-    fn new(dir: &Path, command: String, faults: FaultsMode) -> Result<Saver, String> {
+    fn new(dir: &Path, command: String) -> Result<Saver, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: cannot create: {e}", dir.display()))?;
         // Prove the folder is writable before spending any time on seeds.
         let probe = dir.join(format!(".leasesim-probe-{}", std::process::id()));
@@ -121,24 +128,26 @@ impl Saver {
                 seen.insert(entry.signature());
             }
         }
-        Ok(Saver { dir: dir.to_path_buf(), seen, command, faults, saved: Vec::new() })
+        Ok(Saver { dir: dir.to_path_buf(), seen, command, saved: Vec::new() })
     }
 
-    fn offer(
-        &mut self,
-        f: &Failure,
-        scenario_arg: &str,
-        defects: &leasesim::defects::Defects,
-    ) -> Result<Option<PathBuf>, String> {
+    /// Saves `f`, the failure of the run `spec`, unless its signature is
+    /// already saved.
+    fn offer(&mut self, f: &Failure, spec: &RunSpec) -> Result<Option<PathBuf>, String> {
+        let (faults, plan) = match &spec.plan {
+            PlanSource::Swarm => (FaultsMode::Swarm, Vec::new()),
+            PlanSource::None => (FaultsMode::None, Vec::new()),
+            PlanSource::Explicit(plan) => (FaultsMode::Explicit, plan.events.clone()),
+        };
         let entry = Entry {
             comment: format!("found by `{}`: {}", self.command, f.message),
-            scenario: scenario_arg.to_string(),
+            scenario: spec.scenario_arg.clone(),
             seed: f.seed,
-            defects: defects.0.iter().copied().collect(),
-            faults: self.faults,
+            defects: spec.defects.0.iter().copied().collect(),
+            faults,
             expect: f.invariant.clone(),
             trace_hash: None,
-            plan: Vec::new(),
+            plan,
             world: None,
         };
         if !self.seen.insert(entry.signature()) {
@@ -153,63 +162,24 @@ impl Saver {
     }
 }
 
+/// Where guided campaigns save failures when `--save` is not given: every
+/// guided run has an explicit plan that no command line can carry.
+const GUIDED_FAILURES: &str = "target/leasesim-failures";
+
 pub fn run(args: FuzzArgs) -> Result<i32, String> {
-    if args.seeds == Some(0) {
-        return Err("--seeds: must be at least 1".into());
-    }
-    if args.seeds.is_none() && args.time.is_none() {
-        return Err("--seeds or --time: give a seed count, a time budget, or both".into());
-    }
-    if args.jobs == Some(0) {
-        return Err("--jobs: must be at least 1".into());
-    }
-    let seed_end = match args.seeds {
-        Some(n) => Some(args.seed_start.checked_add(n).ok_or("--seed-start + --seeds overflows u64")?),
-        None => None,
-    };
-    let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
-    let defects = args.defects.set();
-    let faults_mode = match args.faults {
-        FaultsArg::Swarm => FaultsMode::Swarm,
-        FaultsArg::None => FaultsMode::None,
-    };
+    let campaign = campaign(&args)?;
     let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
-    let mut saver = match &args.save {
-        Some(dir) => Some(Saver::new(dir, format!("cargo sim {command}"), faults_mode)?),
+    let save_dir = args.save.clone().or_else(|| args.guided.then(|| PathBuf::from(GUIDED_FAILURES)));
+    let saver = match &save_dir {
+        Some(dir) => Some(Saver::new(dir, format!("cargo sim {command}"))?),
         None => None,
     };
-    let campaign = Campaign {
-        targets: targets(&args.scenario)?,
-        seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
-        deadline: args.time.map(|t| Instant::now() + t),
-        jobs: args.jobs.unwrap_or_else(default_jobs),
-        plan: match args.faults {
-            FaultsArg::Swarm => PlanSource::Swarm,
-            FaultsArg::None => PlanSource::None,
-        },
-        watchdog: runner::DEFAULT_WATCHDOG,
-        defects: defects.clone(),
-        sabotage: None,
-    };
-    let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
-    let range = match seed_end {
-        Some(end) => format!("{}..{}", args.seed_start, end - 1),
-        None => format!("{}..", args.seed_start),
-    };
-    let header = format!(
-        "seeds: {range} shard {shard_k}/{shard_n}{} on {} scenarios ({}), defects: {}, jobs: {}",
-        args.time.map(|t| format!(", time budget {} s", t.as_secs())).unwrap_or_default(),
-        names.len(),
-        names.join(", "),
-        if defects.0.is_empty() { "none".to_string() } else { defects.names().join(", ") },
-        campaign.jobs
-    );
+    let header = header(&args, &campaign);
     if args.json {
         eprintln!("{header}");
     } else {
         println!("{header}");
     }
-
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -221,64 +191,145 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
             eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
         });
     }
-    let bar = progress_bar(&campaign, args.json);
-    let json = args.json;
-    let mut save_error = None;
-    let started = Instant::now();
-    let summary = fuzz::run(&campaign, &stop, |p| {
-        let failure = fuzz::failure_of(p.spec, p.last);
-        let scenario_arg = p.spec.scenario_arg.clone();
-        if let Some(f) = &failure {
-            let line =
-                format!("FAIL {} seed {}: [{}] {}  (replay: {})", f.scenario, f.seed, f.invariant, f.message, f.replay);
-            match &bar {
-                Some(bar) => bar.println(line),
-                None if !json => println!("{line}"),
-                None => {}
-            }
-            if let Some(saver) = saver.as_mut() {
-                match saver.offer(f, &scenario_arg, &p.spec.defects) {
-                    Ok(Some(path)) => {
-                        let line = format!("saved {}", path.display());
-                        match &bar {
-                            Some(bar) => bar.println(line),
-                            None => eprintln!("{line}"),
-                        }
-                    }
+    let mut reporter = Reporter {
+        bar: progress_bar(&campaign, args.json),
+        json: args.json,
+        saver,
+        save_error: None,
+        stop: &stop,
+        started: Instant::now(),
+        deadline: campaign.deadline,
+    };
+    let summary = if args.guided {
+        let (mut summary, stats) = guided::run(&campaign, &stop, |p| reporter.progress(p));
+        summary.guided = Some(stats);
+        summary
+    } else {
+        fuzz::run(&campaign, &stop, |p| reporter.progress(p))
+    };
+    if let Some(bar) = &reporter.bar {
+        bar.finish_and_clear();
+    }
+    print_coverage(&summary);
+    if args.json {
+        println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
+    } else {
+        print_summary(&summary);
+        if let Some(saver) = &reporter.saver {
+            println!("saved {} new corpus entries in {}", saver.saved.len(), saver.dir.display());
+        }
+    }
+    if let Some(e) = reporter.save_error {
+        return Err(e);
+    }
+    Ok(exit_code(&summary))
+}
+
+/// The campaign the flags describe.
+fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
+    if args.seeds == Some(0) {
+        return Err("--seeds: must be at least 1".into());
+    }
+    if args.seeds.is_none() && args.time.is_none() {
+        return Err("--seeds or --time: give a seed count, a time budget, or both".into());
+    }
+    if args.jobs == Some(0) {
+        return Err("--jobs: must be at least 1".into());
+    }
+    if args.guided && args.faults == FaultsArg::None {
+        return Err("--guided: guides fault plans, so it needs --faults swarm".into());
+    }
+    let seed_end = match args.seeds {
+        Some(n) => Some(args.seed_start.checked_add(n).ok_or("--seed-start + --seeds overflows u64")?),
+        None => None,
+    };
+    let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
+    Ok(Campaign {
+        targets: targets(&args.scenario)?,
+        seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
+        deadline: args.time.map(|t| Instant::now() + t),
+        jobs: args.jobs.unwrap_or_else(default_jobs),
+        plan: match args.faults {
+            FaultsArg::Swarm => PlanSource::Swarm,
+            FaultsArg::None => PlanSource::None,
+        },
+        watchdog: runner::DEFAULT_WATCHDOG,
+        defects: args.defects.set(),
+        sabotage: None,
+    })
+}
+
+fn header(args: &FuzzArgs, campaign: &Campaign) -> String {
+    let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
+    let s = &campaign.seeds;
+    let range = match s.end {
+        Some(end) => format!("{}..{}", s.start, end - 1),
+        None => format!("{}..", s.start),
+    };
+    let defects = &campaign.defects;
+    format!(
+        "seeds: {range} shard {}/{}{}{} on {} scenarios ({}), defects: {}, jobs: {}",
+        s.shard_k,
+        s.shard_n,
+        args.time.map(|t| format!(", time budget {} s", t.as_secs())).unwrap_or_default(),
+        if args.guided { ", guided" } else { "" },
+        names.len(),
+        names.join(", "),
+        if defects.0.is_empty() { "none".to_string() } else { defects.names().join(", ") },
+        campaign.jobs
+    )
+}
+
+/// What the campaign shows while it runs: failures as they come (saved when
+/// asked), and the progress bar.
+struct Reporter<'a> {
+    bar: Option<indicatif::ProgressBar>,
+    json: bool,
+    saver: Option<Saver>,
+    save_error: Option<String>,
+    stop: &'a AtomicBool,
+    started: Instant,
+    deadline: Option<Instant>,
+}
+
+impl Reporter<'_> {
+    fn line(&self, line: String, stdout: bool) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None if stdout && !self.json => println!("{line}"),
+            None if !stdout => eprintln!("{line}"),
+            None => {}
+        }
+    }
+
+    fn progress(&mut self, p: Progress<'_>) {
+        if let Some(f) = fuzz::failure_of(p.spec, p.last) {
+            self.line(
+                format!("FAIL {} seed {}: [{}] {}  (replay: {})", f.scenario, f.seed, f.invariant, f.message, f.replay),
+                true,
+            );
+            if let Some(saver) = self.saver.as_mut() {
+                match saver.offer(&f, p.spec) {
+                    Ok(Some(path)) => self
+                        .line(format!("saved {} (replay: cargo sim replay {})", path.display(), path.display()), false),
                     Ok(None) => {}
                     Err(e) => {
-                        save_error.get_or_insert(e);
-                        stop.store(true, Ordering::SeqCst);
+                        self.save_error.get_or_insert(e);
+                        self.stop.store(true, Ordering::SeqCst);
                     }
                 }
             }
         }
-        if let Some(bar) = &bar {
+        if let Some(bar) = &self.bar {
             bar.set_position(p.done);
-            let rate = p.done as f64 / started.elapsed().as_secs_f64().max(1e-3);
-            let left = match campaign.deadline {
+            let rate = p.done as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+            let left = match self.deadline {
                 Some(deadline) => format!(", {} s left", deadline.saturating_duration_since(Instant::now()).as_secs()),
                 None => String::new(),
             };
             bar.set_message(format!("{rate:.0} seeds/s, {} failures{left}", p.failures));
         }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
     }
-    print_coverage(&summary);
-    if json {
-        println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
-    } else {
-        print_summary(&summary);
-        if let Some(saver) = &saver {
-            println!("saved {} new corpus entries in {}", saver.saved.len(), saver.dir.display());
-        }
-    }
-    if let Some(e) = save_error {
-        return Err(e);
-    }
-    Ok(exit_code(&summary))
 }
 
 /// 0: every run passed and every required coverage point was reached;

@@ -41,7 +41,8 @@ pub fn draw(seed: u64, scenario: &Scenario) -> FaultPlan {
     FaultPlan { events }
 }
 
-fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEvent {
+/// One event of `kind`, drawn within the scenario's limits.
+pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEvent {
     let limits = &s.faults;
     let phase_ms = s.phases.fault_phase_ms;
     let at_ms = rng.gen_range(0..phase_ms.saturating_sub(1_000).max(1));

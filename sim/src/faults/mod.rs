@@ -7,8 +7,10 @@
 //! printed, saved, edited and shrunk.
 
 mod draw;
+mod mutate;
 
-pub use draw::draw;
+pub use draw::{draw, draw_one};
+pub use mutate::mutate;
 
 use serde::{Deserialize, Serialize};
 

@@ -45,15 +45,70 @@ enum After {
     Hold(i64),
 }
 
+/// How the front half of serving a request ended.
+enum Front {
+    /// The harness dropped it: no answer will come.
+    Dropped,
+    /// The harness answered for the store (nothing applied).
+    Refused(Response),
+    /// The engine's store answered; the reply goes out as `After` says.
+    Answered(Response, After),
+}
+
 impl StoreNode {
     /// Serves one request. `None` means no answer is ever sent.
     pub async fn handle(&self, from: Sender, req: Request) -> Option<Response> {
         let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
         let arrived_ms = self.rec.now_ms();
         self.rec.fact(Fact::Arrived { req: id, from, request: req.clone() });
+        let op = req.op_name();
+        // A statement timeout runs from the moment the store has the request:
+        // whatever holds it (a stall, a hang) counts, and when it strikes the
+        // transaction is aborted with nothing applied.
+        let timeout_ms = match &req {
+            Request::Maintain { timeout_ms, .. } => *timeout_ms,
+            _ => None,
+        };
+        let front = self.front(id, arrived_ms, req);
+        let front = match timeout_ms {
+            None => front.await,
+            Some(t) => tokio::select! {
+                biased;
+                front = front => front,
+                _ = tokio::time::sleep(Duration::from_millis(t)) => {
+                    Front::Refused(Response::Rejected { reason: Rejection::TimedOut })
+                }
+            },
+        };
+        let (resp, after) = match front {
+            Front::Dropped => {
+                self.rec.fact(Fact::Dropped { req: id });
+                return None;
+            }
+            Front::Refused(response) => {
+                self.rec.fact(Fact::Refused { req: id, response: response.clone() });
+                return Some(response);
+            }
+            Front::Answered(resp, after) => (resp, after),
+        };
+        match after {
+            After::Send => return Some(resp),
+            After::Lose => {
+                self.faults.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
+                return None;
+            }
+            After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            After::Hold(magnitude) => self.faults.hold(magnitude).await,
+        }
+        self.rec.fact(Fact::Replied { req: id });
+        Some(resp)
+    }
+
+    /// The faults on the way in, then the engine's store: everything up to
+    /// the answer.
+    async fn front(&self, id: u64, arrived_ms: u64, req: Request) -> Front {
         let f = &self.faults;
         let op = req.op_name();
-
         if let Some(stall) = f.active(FaultKind::StoreStall) {
             f.inject(FaultKind::StoreStall, format!("{op} held until {} ms", stall.end_ms()));
             let wait_ms = stall.end_ms().saturating_sub(f.now_ms());
@@ -62,21 +117,22 @@ impl StoreNode {
         if let Request::Heartbeat { owner } = &req {
             if f.active_for(FaultKind::MissedHeartbeat, owner.proc).is_some() {
                 f.inject(FaultKind::MissedHeartbeat, format!("heartbeat of {owner} dropped"));
-                self.rec.fact(Fact::Dropped { req: id });
-                return None;
+                return Front::Dropped;
             }
         }
         let mut after = After::Send;
         if f.roll(FaultKind::MessageLoss).is_some() {
             if chance(0.5) {
                 f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
-                self.rec.fact(Fact::Dropped { req: id });
-                return None;
+                return Front::Dropped;
             }
             after = After::Lose;
         }
-        if let Request::Maintain { kind, owner } = &req {
+        if let Request::Maintain { kind, owner, .. } = &req {
             if f.roll(FaultKind::HungMaintenance).is_some() {
+                // The pass's work never finishes (a lock it waits on, a
+                // statement that never returns); only its statement timeout,
+                // if it set one, ends it.
                 f.inject(FaultKind::HungMaintenance, format!("{} pass of {owner} never returns", kind.name()));
                 std::future::pending::<()>().await;
             }
@@ -98,12 +154,31 @@ impl StoreNode {
                 let magnitude = e.magnitude_ms;
                 f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
-                let response = Response::Rejected { reason: Rejection::Conflict };
-                self.rec.fact(Fact::Refused { req: id, response: response.clone() });
-                return Some(response);
+                return Front::Refused(Response::Rejected { reason: Rejection::Conflict });
             }
         }
-        match &req {
+        self.stale_poll(&req, &mut after);
+        if let Some(e) = f.roll(FaultKind::MessageDelay) {
+            // Either leg can be slow: a late request applies late, a late
+            // reply answers with what was true earlier.
+            let delay_ms = upto(e.magnitude_ms.max(0) as u64);
+            if chance(0.5) {
+                f.inject(FaultKind::MessageDelay, format!("{op} request delayed {delay_ms} ms"));
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            } else if matches!(after, After::Send) {
+                f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
+                after = After::Delay(delay_ms);
+            }
+        }
+        let resp = self.apply(id, arrived_ms, req, &after).await;
+        Front::Answered(resp, after)
+    }
+
+    /// Stale polls: a long poll whose caller dies while it is open, or a
+    /// poll or snapshot answered late.
+    fn stale_poll(&self, req: &Request, after: &mut After) {
+        let f = &self.faults;
+        match req {
             Request::Claim { owner, wait_ms, .. }
                 if *wait_ms > 0 && f.roll(FaultKind::StalePoll).is_some() && chance(0.5) =>
             {
@@ -117,40 +192,12 @@ impl StoreNode {
             Request::Claim { .. } | Request::PipelineSnapshot { .. } => {
                 if let Some(e) = f.roll(FaultKind::StalePoll) {
                     let delay_ms = upto(e.magnitude_ms.max(0) as u64);
-                    f.inject(FaultKind::StalePoll, format!("{op} answered {delay_ms} ms late"));
-                    after = After::Delay(delay_ms);
+                    f.inject(FaultKind::StalePoll, format!("{} answered {delay_ms} ms late", req.op_name()));
+                    *after = After::Delay(delay_ms);
                 }
             }
             _ => {}
         }
-        if let Some(e) = f.roll(FaultKind::MessageDelay) {
-            // Either leg can be slow: a late request applies late, a late
-            // reply answers with what was true earlier.
-            let delay_ms = upto(e.magnitude_ms.max(0) as u64);
-            if chance(0.5) {
-                f.inject(FaultKind::MessageDelay, format!("{op} request delayed {delay_ms} ms"));
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            } else if matches!(after, After::Send) {
-                f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
-                after = After::Delay(delay_ms);
-            }
-        }
-
-        let resp = self.apply(id, arrived_ms, req, &after).await;
-
-        match after {
-            After::Send => {}
-            After::Lose => {
-                f.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
-                return None;
-            }
-            After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-            After::Hold(magnitude) => f.hold(magnitude).await,
-        }
-        if !matches!(after, After::Send) {
-            self.rec.fact(Fact::Replied { req: id });
-        }
-        Some(resp)
     }
 
     /// Hands the request to the engine's store and records what it answered

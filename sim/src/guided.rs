@@ -1,0 +1,161 @@
+//! Guided campaigns (`fuzz --guided`): beside fresh swarm seeds, keep the
+//! runs that reached rare coverage points and try their neighbours.
+//!
+//! The campaign runs in batches of [`BATCH`] runs. Each run of a batch is
+//! either a fresh seed of the seed space (its plan drawn from the seed, as in
+//! a plain campaign) or a mutation of a kept run: its fault plan changed a
+//! little (`faults::mutate`), on its own seed or on a new one (another
+//! workload and other task bodies). Parents are picked for the rarest point
+//! any kept run reached, so more runs go to what the campaign reached least.
+//! After each batch the results are folded in run order and the pool of kept
+//! runs is updated; every choice comes from one seeded RNG, so a guided
+//! campaign is as deterministic as a plain one, whatever the number of jobs.
+//! Every run is still (scenario, seed, explicit plan): a failure is saved
+//! with its plan and replays on its own.
+
+use crate::faults::{self, FaultPlan};
+use crate::fuzz::{Campaign, Progress, Summary, Tally};
+use crate::runner::{PlanSource, RunSpec};
+use crate::world::mix;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Runs per batch (fixed, so results do not depend on the number of jobs;
+/// small, so that what a batch reached steers the next one soon).
+pub const BATCH: u64 = 16;
+/// A run joins the pool when it reached a point fewer runs than this reached.
+const RARE_RUNS: u64 = 8;
+/// At most this many runs are kept.
+const POOL_MAX: usize = 512;
+/// The stream of the campaign's own choices ("guided").
+const GUIDED_STREAM: u64 = 0x6775_6964_6564;
+
+/// A kept run: where it ran, its plan, and the points it reached.
+#[derive(Debug, Clone)]
+struct Parent {
+    target: usize,
+    seed: u64,
+    plan: FaultPlan,
+    points: Vec<String>,
+}
+
+/// What a guided campaign did, beside its summary.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GuidedStats {
+    pub fresh: u64,
+    pub mutated: u64,
+    pub pool: u64,
+}
+
+#[derive(Default)]
+struct Guide {
+    pool: Vec<Parent>,
+    /// Runs that reached each point so far.
+    counts: BTreeMap<String, u64>,
+    /// Fresh seeds taken from the seed space so far.
+    fresh_taken: u64,
+    stats: GuidedStats,
+}
+
+impl Guide {
+    /// The next run: a fresh seed, or a mutation of a kept run.
+    fn next(&mut self, campaign: &Campaign, rng: &mut ChaCha8Rng) -> Option<(RunSpec, usize)> {
+        let n = campaign.targets.len() as u64;
+        if self.pool.is_empty() || rng.gen_bool(0.4) {
+            let index = self.fresh_taken;
+            self.fresh_taken += 1;
+            let seed = campaign.seeds.nth(index / n)?;
+            let target = (index % n) as usize;
+            self.stats.fresh += 1;
+            return Some((self.spec(campaign, target, seed, PlanSource::Swarm), target));
+        }
+        let parent = self.pick(rng).clone();
+        let scenario = &campaign.targets[parent.target].scenario;
+        let plan = faults::mutate(&parent.plan, rng, scenario);
+        let seed = if rng.gen_bool(0.7) { parent.seed } else { mix(parent.seed, GUIDED_STREAM, rng.gen()) };
+        self.stats.mutated += 1;
+        Some((self.spec(campaign, parent.target, seed, PlanSource::Explicit(plan)), parent.target))
+    }
+
+    fn spec(&self, campaign: &Campaign, target: usize, seed: u64, plan: PlanSource) -> RunSpec {
+        let t = &campaign.targets[target];
+        RunSpec::new(t.scenario.clone(), t.arg.clone(), seed).with_plan(plan).with_defects(campaign.defects.clone())
+    }
+
+    /// A parent for the rarest point any kept run reached.
+    fn pick(&self, rng: &mut ChaCha8Rng) -> &Parent {
+        let rarity =
+            |p: &Parent| p.points.iter().map(|pt| self.counts.get(pt).copied().unwrap_or(0)).min().unwrap_or(u64::MAX);
+        let rarest = self.pool.iter().map(rarity).min().unwrap_or(u64::MAX);
+        let candidates: Vec<&Parent> = self.pool.iter().filter(|p| rarity(p) == rarest).collect();
+        candidates[rng.gen_range(0..candidates.len())]
+    }
+
+    /// Learns from one finished run (in run order).
+    fn learn(&mut self, spec: &RunSpec, target: usize, points: &[String]) {
+        let rare = points.iter().any(|p| self.counts.get(p).copied().unwrap_or(0) < RARE_RUNS);
+        for p in points {
+            *self.counts.entry(p.clone()).or_default() += 1;
+        }
+        if !rare {
+            return;
+        }
+        self.pool.push(Parent { target, seed: spec.seed, plan: spec.fault_plan(), points: points.to_vec() });
+        if self.pool.len() > POOL_MAX {
+            // Forget the kept run whose rarest point is now the most common.
+            let counts = &self.counts;
+            let rarity = |p: &Parent| p.points.iter().map(|pt| counts.get(pt).copied().unwrap_or(0)).min().unwrap_or(0);
+            let (worst, _) = self.pool.iter().enumerate().max_by_key(|(i, p)| (rarity(p), *i)).expect("a full pool");
+            self.pool.remove(worst);
+        }
+        self.stats.pool = self.pool.len() as u64;
+    }
+}
+
+/// Runs a guided campaign; `stop` ends it early (the batch in flight
+/// finishes and counts).
+pub fn run(
+    campaign: &Campaign,
+    stop: &AtomicBool,
+    mut on_progress: impl FnMut(Progress<'_>),
+) -> (Summary, GuidedStats) {
+    let started = Instant::now();
+    let total = campaign.total_runs();
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(campaign.seeds.start, GUIDED_STREAM, campaign.seeds.shard_k));
+    let mut guide = Guide::default();
+    let mut tally = Tally::default();
+    let mut base = 0;
+    loop {
+        let out_of_time = stop.load(Ordering::Relaxed) || campaign.deadline.is_some_and(|d| Instant::now() >= d);
+        let left = total.map_or(BATCH, |t| t.saturating_sub(base).min(BATCH));
+        if out_of_time || left == 0 {
+            break;
+        }
+        let batch: Vec<(RunSpec, usize)> = (0..left).map_while(|_| guide.next(campaign, &mut rng)).collect();
+        if batch.is_empty() {
+            break;
+        }
+        let mut results: BTreeMap<u64, (RunSpec, _)> = BTreeMap::new();
+        crate::fuzz::run_specs(
+            |i| batch.get(i as usize).map(|(spec, _)| spec.clone()),
+            campaign,
+            |i, spec, result| {
+                let failed_here = results.values().filter(|(_, r)| !crate::fuzz::passed(r)).count() as u64;
+                let failures = tally.failures() + failed_here + !crate::fuzz::passed(&result) as u64;
+                let done = tally.runs() + results.len() as u64 + 1;
+                on_progress(Progress { index: base + i, done, total, failures, last: &result, spec: &spec });
+                results.insert(i, (spec, result));
+            },
+        );
+        for (i, (spec, result)) in results {
+            let points = result.as_ref().map(|o| o.coverage.clone()).unwrap_or_default();
+            guide.learn(&spec, batch[i as usize].1, &points);
+            tally.add(base + i, spec, result);
+        }
+        base += batch.len() as u64;
+    }
+    (tally.finish(&campaign.targets, started), guide.stats)
+}
