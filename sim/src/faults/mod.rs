@@ -8,7 +8,7 @@
 
 mod draw;
 
-pub use draw::draw;
+pub use draw::{draw, MIN_DELAY_MS, MIN_SPAN_MS};
 
 use serde::{Deserialize, Serialize};
 
