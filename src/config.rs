@@ -122,7 +122,7 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// System A's constants (design §2.A).
+    /// System A's constants (docs/real-bugs.md#a).
     fn default() -> Self {
         EngineConfig {
             concurrency: 4,

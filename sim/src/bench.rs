@@ -8,7 +8,7 @@ use leasesim::defects::{Defect, Defects};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 
-/// The invariant each real bug broke (design §2 and §5).
+/// The invariant each real bug broke (docs/real-bugs.md, docs/design.md#invariants).
 pub fn invariant_of(defect: Defect) -> &'static str {
     match defect {
         Defect::UnboundedFinalize => "no-permit-leak",
