@@ -128,7 +128,7 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// System A's constants (design §2.A).
+    /// System A's constants (docs/real-bugs.md#a).
     fn default() -> Self {
         EngineConfig {
             concurrency: 4,
@@ -182,37 +182,194 @@ impl EngineConfig {
         self.repair_backoff_base_ms.saturating_mul(1 << shift).min(self.repair_backoff_cap_ms)
     }
 
-    /// Checks the relations between constants that the engine relies on.
+    /// Refuses values that cannot describe a real deployment: each field
+    /// against its range in one table ([`EngineConfig::RANGES`]), then the
+    /// relations between fields that the engine relies on. The error is one
+    /// line that starts with the field's path (`lease_ttl.activity_ms: ...`).
     pub fn validate(&self) -> Result<(), String> {
-        let positive = [
-            ("concurrency", self.concurrency as u64),
-            ("claim_batch_max", self.claim_batch_max as u64),
-            ("idle_poll_ms", self.idle_poll_ms),
-            ("renew_divisor", self.renew_divisor),
-            ("heartbeat_interval_ms", self.heartbeat_interval_ms),
-            ("cleanup_interval_ms", self.cleanup_interval_ms),
-            ("recovery_interval_ms", self.recovery_interval_ms),
-            ("repair_interval_ms", self.repair_interval_ms),
-            ("retry_base_ms", self.retry_base_ms),
-            ("finalize_deadline_ms", self.finalize_deadline_ms),
-            ("rpc_timeout_ms", self.rpc_timeout_ms),
-            ("maintenance_interval_ms", self.maintenance_interval_ms),
-            ("maintenance_timeout_ms", self.maintenance_timeout_ms),
-        ];
-        for (name, value) in positive {
-            if value == 0 {
-                return Err(format!("{name} must be greater than 0"));
-            }
+        for (path, value, range) in self.ranged_fields() {
+            range.check(path, value)?;
         }
+        // Relations: each names the field that would have to change.
         if self.dead_after_ms <= self.heartbeat_interval_ms {
-            return Err("dead_after_ms must exceed heartbeat_interval_ms".into());
+            return Err(format!(
+                "dead_after_ms: must exceed heartbeat_interval_ms ({} ms), got {} ms",
+                self.heartbeat_interval_ms, self.dead_after_ms
+            ));
         }
         if self.retry_cap_ms < self.retry_base_ms {
-            return Err("retry_cap_ms must be at least retry_base_ms".into());
+            return Err(format!(
+                "retry_cap_ms: must be at least retry_base_ms ({} ms), got {} ms",
+                self.retry_base_ms, self.retry_cap_ms
+            ));
+        }
+        if self.repair_backoff_cap_ms < self.repair_backoff_base_ms {
+            return Err(format!(
+                "repair_backoff_cap_ms: must be at least repair_backoff_base_ms ({} ms), got {} ms",
+                self.repair_backoff_base_ms, self.repair_backoff_cap_ms
+            ));
         }
         if self.maintenance_backoff_cap_ms < self.maintenance_interval_ms {
-            return Err("maintenance_backoff_cap_ms must be at least maintenance_interval_ms".into());
+            return Err(format!(
+                "maintenance_backoff_cap_ms: must be at least maintenance_interval_ms ({} ms), got {} ms",
+                self.maintenance_interval_ms, self.maintenance_backoff_cap_ms
+            ));
         }
         Ok(())
+    }
+
+    /// Every numeric field with its path and allowed range. A lease TTL of
+    /// `None` (heartbeat ownership) has no value to check.
+    fn ranged_fields(&self) -> Vec<(&'static str, u64, Range)> {
+        let r = &Self::RANGES;
+        let mut fields = vec![
+            ("concurrency", self.concurrency as u64, r.concurrency),
+            ("shard_targets", self.shard_targets as u64, r.shard_targets),
+            ("claim_batch_max", self.claim_batch_max as u64, r.claim_batch_max),
+            ("idle_poll_ms", self.idle_poll_ms, r.period_ms),
+            ("long_poll_ms", self.long_poll_ms, r.long_poll_ms),
+            ("renew_divisor", self.renew_divisor, r.renew_divisor),
+            ("heartbeat_interval_ms", self.heartbeat_interval_ms, r.period_ms),
+            ("dead_after_ms", self.dead_after_ms, r.span_ms),
+            ("cleanup_interval_ms", self.cleanup_interval_ms, r.period_ms),
+            ("recovery_interval_ms", self.recovery_interval_ms, r.period_ms),
+            ("repair_interval_ms", self.repair_interval_ms, r.period_ms),
+            ("repair_backoff_base_ms", self.repair_backoff_base_ms, r.backoff_ms),
+            ("repair_backoff_cap_ms", self.repair_backoff_cap_ms, r.backoff_ms),
+            ("retry_base_ms", self.retry_base_ms, r.span_ms),
+            ("retry_cap_ms", self.retry_cap_ms, r.span_ms),
+            ("max_retries", self.max_retries as u64, r.max_retries),
+            ("finalize_deadline_ms", self.finalize_deadline_ms, r.period_ms),
+            ("rpc_timeout_ms", self.rpc_timeout_ms, r.period_ms),
+            ("maintenance_interval_ms", self.maintenance_interval_ms, r.period_ms),
+            ("maintenance_work_ms", self.maintenance_work_ms, r.maintenance_work_ms),
+            ("maintenance_timeout_ms", self.maintenance_timeout_ms, r.period_ms),
+            ("maintenance_backoff_cap_ms", self.maintenance_backoff_cap_ms, r.span_ms),
+        ];
+        let t = &self.lease_ttl;
+        let ttls = [
+            ("lease_ttl.index_build_ms", t.index_build_ms),
+            ("lease_ttl.authz_materialization_ms", t.authz_materialization_ms),
+            ("lease_ttl.job_ms", t.job_ms),
+            ("lease_ttl.stage_ms", t.stage_ms),
+            ("lease_ttl.workflow_task_ms", t.workflow_task_ms),
+            ("lease_ttl.activity_ms", t.activity_ms),
+        ];
+        fields.extend(ttls.into_iter().filter_map(|(path, ttl)| ttl.map(|ms| (path, ms, r.lease_ttl_ms))));
+        fields
+    }
+
+    /// What each kind of field may be. The caps live here and nowhere else.
+    pub const RANGES: EngineRanges = EngineRanges {
+        // A worker with no permit claims nothing; more than ten thousand tasks
+        // at once on one process is not a deployment this engine models.
+        concurrency: Range::count(1, 10_000),
+        // A deployment has at least one durability target (zero describes no
+        // storage at all); it must never change concurrency either way.
+        shard_targets: Range::count(1, 10_000),
+        claim_batch_max: Range::count(1, 10_000),
+        // Loops that repeat (polls, heartbeats, cleanup, recovery, repair,
+        // maintenance) and single-call deadlines: a period of 0 would spin,
+        // and one longer than a day is no longer a background loop.
+        period_ms: Range::ms(1, DAY_MS),
+        // 0 means plain polls; the store never holds a poll open for a day.
+        long_poll_ms: Range::ms(0, DAY_MS),
+        // Renewal starts when TTL / divisor remains: with a divisor of 1 it
+        // would start at once and never stop; past 100 it starts so close to
+        // expiry that no network round trip fits.
+        renew_divisor: Range::count(2, 100),
+        // Timeouts and backoffs that a real system may stretch to weeks.
+        span_ms: Range::ms(1, MAX_DURATION_MS),
+        // 0 means repair looks again at every repair interval (no backoff).
+        backoff_ms: Range::ms(0, MAX_DURATION_MS),
+        // 0 means no retries: the first failure is final.
+        max_retries: Range::count(0, u32::MAX as u64),
+        // 0 means a pass that does its store work at once.
+        maintenance_work_ms: Range::ms(0, DAY_MS),
+        // A lease of 0 ms is expired when granted; no real lease is a month.
+        lease_ttl_ms: Range::ms(1, MAX_DURATION_MS),
+    };
+}
+
+/// One day, in ms.
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
+
+/// No duration that describes a deployment (or a simulated run of one) is
+/// longer than this.
+pub const MAX_DURATION_MS: u64 = 30 * DAY_MS;
+
+/// The ranges of [`EngineConfig`]'s fields, grouped by what the field means.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineRanges {
+    pub concurrency: Range,
+    pub shard_targets: Range,
+    pub claim_batch_max: Range,
+    pub period_ms: Range,
+    pub long_poll_ms: Range,
+    pub renew_divisor: Range,
+    pub span_ms: Range,
+    pub backoff_ms: Range,
+    pub max_retries: Range,
+    pub maintenance_work_ms: Range,
+    pub lease_ttl_ms: Range,
+}
+
+/// The values a numeric field may take, inclusive, and their unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub min: u64,
+    pub max: u64,
+    pub unit: Unit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Ms,
+    Count,
+}
+
+impl Range {
+    /// A duration in milliseconds.
+    pub const fn ms(min: u64, max: u64) -> Range {
+        Range { min, max, unit: Unit::Ms }
+    }
+
+    /// A count (permits, tasks, a divisor...).
+    pub const fn count(min: u64, max: u64) -> Range {
+        Range { min, max, unit: Unit::Count }
+    }
+
+    pub fn contains(self, value: u64) -> bool {
+        (self.min..=self.max).contains(&value)
+    }
+
+    /// `Ok` if `value` is in range; otherwise one line naming `path`, the
+    /// allowed range and the value.
+    pub fn check(self, path: &str, value: u64) -> Result<(), String> {
+        if self.contains(value) {
+            return Ok(());
+        }
+        Err(format!(
+            "{path}: must be from {} to {}, got {}",
+            self.show(self.min),
+            self.show(self.max),
+            self.show(value)
+        ))
+    }
+
+    /// A value in this range's unit; long durations also in days or hours.
+    fn show(self, value: u64) -> String {
+        const HOUR_MS: u64 = 60 * 60 * 1_000;
+        if self.unit == Unit::Count {
+            return value.to_string();
+        }
+        let plural = |n: u64, unit: &str| if n == 1 { format!("1 {unit}") } else { format!("{n} {unit}s") };
+        if value >= DAY_MS && value.is_multiple_of(DAY_MS) {
+            format!("{value} ms ({})", plural(value / DAY_MS, "day"))
+        } else if value >= HOUR_MS && value.is_multiple_of(HOUR_MS) {
+            format!("{value} ms ({})", plural(value / HOUR_MS, "hour"))
+        } else {
+            format!("{value} ms")
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! Defect switches: each re-creates one real production bug (design §2,
-//! shared/seeds/) so the harness can prove it catches it. All are off by
+//! Defect switches: each re-creates one real production bug (described in
+//! docs/real-bugs.md) so the harness can prove it catches it. All are off by
 //! default, nothing but an explicit request turns one on, and each is read in
 //! exactly one place in the engine (named below).
 
@@ -67,18 +67,20 @@ impl Defect {
         }
     }
 
-    /// Where the real bug came from (design §2 and the reports in shared/seeds/).
+    /// Where the real bug came from: its id and section in docs/real-bugs.md.
     pub fn source(self) -> &'static str {
         match self {
-            Defect::UnboundedFinalize => "A1, seeds/000: hung failure write holds the worker permit forever",
-            Defect::InlineMaintenance => "A2, seeds/000: inline finalization passes stop all claiming",
-            Defect::SingleShardSerialization => "A3, seeds/000: one shard target forces concurrency 1",
-            Defect::UnfencedCompletion => "B1, seeds/001: stale completion after missed heartbeats",
-            Defect::RetryClockReset => "B2, seeds/001: peer note drops the committed retry time",
-            Defect::NonatomicStageComplete => "B3, seeds/001: orphan stage task between two transactions",
-            Defect::StaleSnapshotEnqueue => "B4, seeds/001: delayed snapshot re-creates a done stage's task",
-            Defect::RepairHidesExpiredLease => "C2, seeds/002: repair sees only the oldest leased task",
-            Defect::UncancelledMaintenance => "A fix3, seeds/000: a finalization pass stays in flight forever",
+            Defect::UnboundedFinalize => "A1, docs/real-bugs.md#a1: hung failure write holds the worker permit forever",
+            Defect::InlineMaintenance => "A2, docs/real-bugs.md#a2: inline finalization passes stop all claiming",
+            Defect::SingleShardSerialization => "A3, docs/real-bugs.md#a3: one shard target forces concurrency 1",
+            Defect::UnfencedCompletion => "B1, docs/real-bugs.md#b1: stale completion after missed heartbeats",
+            Defect::RetryClockReset => "B2, docs/real-bugs.md#b2: peer note drops the committed retry time",
+            Defect::NonatomicStageComplete => "B3, docs/real-bugs.md#b3: orphan stage task between two transactions",
+            Defect::StaleSnapshotEnqueue => "B4, docs/real-bugs.md#b4: delayed snapshot re-creates a done stage's task",
+            Defect::RepairHidesExpiredLease => "C2, docs/real-bugs.md#c2: repair sees only the oldest leased task",
+            Defect::UncancelledMaintenance => {
+                "A fix3, docs/real-bugs.md#a-fix3: a finalization pass stays in flight forever"
+            }
         }
     }
 

@@ -51,6 +51,170 @@ fn every_builtin_scenario_parses() {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Values that cannot describe a real world are refused; unusual ones are not
+// ---------------------------------------------------------------------------
+
+/// Edits of swarm.toml (`path = value`, `;` between edits) whose values
+/// cannot describe a real world, and the field path the error must name.
+const REFUSED: &[(&str, &str)] = &[
+    // The two the "done when" names.
+    ("engine.lease_ttl.workflow_task_ms = 0", "engine.lease_ttl.workflow_task_ms"),
+    ("engine.shard_targets = 0", "engine.shard_targets"),
+    // [engine]: each field's range (engine::RANGES).
+    ("engine.lease_ttl.index_build_ms = 0", "engine.lease_ttl.index_build_ms"),
+    ("engine.lease_ttl.authz_materialization_ms = 0", "engine.lease_ttl.authz_materialization_ms"),
+    ("engine.lease_ttl.job_ms = 0", "engine.lease_ttl.job_ms"),
+    ("engine.lease_ttl.stage_ms = 0", "engine.lease_ttl.stage_ms"),
+    ("engine.lease_ttl.activity_ms = 4294967296", "engine.lease_ttl.activity_ms"),
+    ("engine.concurrency = 10001", "engine.concurrency"),
+    ("engine.shard_targets = 10001", "engine.shard_targets"),
+    ("engine.claim_batch_max = 0", "engine.claim_batch_max"),
+    ("engine.idle_poll_ms = 0", "engine.idle_poll_ms"),
+    ("engine.idle_poll_ms = 4294967296", "engine.idle_poll_ms"),
+    ("engine.long_poll_ms = 4294967296", "engine.long_poll_ms"),
+    ("engine.long_poll_ms = 86400001", "engine.long_poll_ms"),
+    ("engine.renew_divisor = 1", "engine.renew_divisor"),
+    ("engine.renew_divisor = 101", "engine.renew_divisor"),
+    ("engine.heartbeat_interval_ms = 0", "engine.heartbeat_interval_ms"),
+    ("engine.dead_after_ms = 4294967296", "engine.dead_after_ms"),
+    ("engine.cleanup_interval_ms = 0", "engine.cleanup_interval_ms"),
+    ("engine.recovery_interval_ms = 4294967296", "engine.recovery_interval_ms"),
+    ("engine.repair_interval_ms = 0", "engine.repair_interval_ms"),
+    ("engine.repair_backoff_base_ms = 4294967296", "engine.repair_backoff_base_ms"),
+    ("engine.retry_base_ms = 0", "engine.retry_base_ms"),
+    ("engine.retry_cap_ms = 4294967296", "engine.retry_cap_ms"),
+    ("engine.finalize_deadline_ms = 0", "engine.finalize_deadline_ms"),
+    ("engine.finalize_deadline_ms = 4294967296", "engine.finalize_deadline_ms"),
+    ("engine.rpc_timeout_ms = 0", "engine.rpc_timeout_ms"),
+    ("engine.maintenance_interval_ms = 4294967296", "engine.maintenance_interval_ms"),
+    ("engine.maintenance_work_ms = 4294967296", "engine.maintenance_work_ms"),
+    // [engine]: relations between fields.
+    ("engine.dead_after_ms = 10000", "engine.dead_after_ms"),
+    ("engine.retry_cap_ms = 1000", "engine.retry_cap_ms"),
+    ("engine.repair_backoff_cap_ms = 1000", "engine.repair_backoff_cap_ms"),
+    // [topology], [workload], [phases].
+    ("topology.workers = 65", "topology.workers"),
+    ("workload.index_builds = 100001", "workload.index_builds"),
+    ("workload.after_heal_jobs = 100001", "workload.after_heal_jobs"),
+    ("workload.stages_per_pipeline = 0", "workload.stages_per_pipeline"),
+    ("workload.stages_per_pipeline = 1001", "workload.stages_per_pipeline"),
+    ("workload.workflow_tasks_per_run = 0", "workload.workflow_tasks_per_run"),
+    ("workload.workflow_task_gap_ms = 4294967296", "workload.workflow_task_gap_ms"),
+    ("workload.work_max_ms = 4294967296", "workload.work_max_ms"),
+    ("workload.work_min_ms = 0; workload.work_max_ms = 0", "workload.work_max_ms"),
+    ("workload.activity_work_min_ms = 0; workload.activity_work_max_ms = 0", "workload.activity_work_max_ms"),
+    ("workload.query_lag_timeout_ms = 86400001", "workload.query_lag_timeout_ms"),
+    ("workload.long_work_min_ms = 0", "workload.long_work_min_ms"),
+    ("workload.long_work_max_ms = 4294967296", "workload.long_work_max_ms"),
+    ("workload.fatal_rate = -0.5", "workload.fatal_rate"),
+    ("workload.long_work_rate = 1.5", "workload.long_work_rate"),
+    ("workload.after_heal_window_ms = 4294967296", "workload.after_heal_window_ms"),
+    ("workload.enqueue_window_ms = 180001", "workload.enqueue_window_ms"),
+    ("workload.script = [{ at_ms = 600000, kind = \"job\" }]", "workload.script[0].at_ms"),
+    ("phases.fault_phase_ms = 0", "phases.fault_phase_ms"),
+    ("phases.heal_phase_ms = 4294967296", "phases.heal_phase_ms"),
+    // [bounds]: a liveness bound of 0 demands the impossible.
+    ("bounds.claim_bound_ms = 0", "bounds.claim_bound_ms"),
+    ("bounds.recovery_bound_ms = 0", "bounds.recovery_bound_ms"),
+    ("bounds.materialize_bound_ms = 0", "bounds.materialize_bound_ms"),
+    ("bounds.completion_bound_ms = 0", "bounds.completion_bound_ms"),
+    ("bounds.completion_bound_ms = 4294967296", "bounds.completion_bound_ms"),
+    ("bounds.permit_release_slack_ms = 4294967296", "bounds.permit_release_slack_ms"),
+    ("bounds.fresh_index_after_heal_ms = 4294967296", "bounds.fresh_index_after_heal_ms"),
+    // [faults]: limits a plan could not honour, or absurd ones.
+    ("faults.max_events_per_kind = 101", "faults.max_events_per_kind"),
+    ("faults.max_window_ms = 0", "faults.max_window_ms"),
+    ("faults.max_pause_ms = 999", "faults.max_pause_ms"),
+    ("faults.max_partition_ms = 0", "faults.max_partition_ms"),
+    ("faults.max_downtime_ms = 4294967296", "faults.max_downtime_ms"),
+    ("faults.max_stall_ms = 0", "faults.max_stall_ms"),
+    ("faults.max_delay_ms = 0", "faults.max_delay_ms"),
+    ("faults.max_clock_offset_ms = 86400001", "faults.max_clock_offset_ms"),
+    // [coverage].
+    ("coverage.min_seeds = 1000000001", "coverage.min_seeds"),
+];
+
+/// Edits of swarm.toml that are merely unusual: they stay accepted.
+const ACCEPTED: &[&str] = &[
+    "engine.long_poll_ms = 0",           // plain polls
+    "engine.long_poll_ms = 86400000",    // a day, the longest
+    "engine.max_retries = 0",            // the first failure is final
+    "engine.repair_backoff_base_ms = 0", // repair looks at every interval
+    "engine.maintenance_work_ms = 0",    // passes with instant store work
+    "engine.renew_divisor = 2",          // renew at half the TTL
+    "engine.lease_ttl.workflow_task_ms = 1",
+    "engine.lease_ttl.activity_ms = 2592000000", // 30 days
+    "engine.lease_ttl.job_ms = 60000",           // jobs leased instead of heartbeat-owned
+    "workload.enqueue_window_ms = 0",            // everything at once
+    "workload.work_min_ms = 0",
+    "workload.workflow_task_gap_ms = 0",
+    "workload.query_after_ms = 0; workload.query_lag_timeout_ms = 0", // query at once, do not wait
+    "workload.pipelines = 0; workload.stages_per_pipeline = 0",
+    "workload.after_heal_index_builds = 0; workload.after_heal_jobs = 0",
+    "workload.script = [{ at_ms = 599999, kind = \"job\" }]",
+    "bounds.permit_release_slack_ms = 0", // strict, not impossible
+    "bounds.fresh_index_after_heal_ms = 0",
+    "faults.max_events_per_kind = 0", // plans draw no fault
+    "faults.max_clock_offset_ms = 0", // no skew
+    "faults.max_window_ms = 1000; faults.max_delay_ms = 500",
+    "coverage.min_seeds = 0",
+];
+
+/// swarm.toml with `edits` applied (each `path = value`, tables created as
+/// needed).
+fn edited(edits: &str) -> String {
+    let mut doc: toml::Table = swarm_text().parse().expect("swarm.toml is TOML");
+    for edit in edits.split(';') {
+        let (path, value) = edit.split_once('=').expect("an edit is `path = value`");
+        let value = format!("v = {}", value.trim()).parse::<toml::Table>().expect("the value is TOML")["v"].clone();
+        let mut keys: Vec<&str> = path.trim().split('.').collect();
+        let last = keys.pop().expect("a path has a field");
+        let mut table = &mut doc;
+        for key in keys {
+            let entry = table.entry(key).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = entry.as_table_mut().expect("the path goes through tables");
+        }
+        table.insert(last.to_string(), value);
+    }
+    toml::to_string(&doc).expect("serializes")
+}
+
+/// The one check of this table: `edits` is refused, through
+/// `scenario::parse` and through the binary (exit 2), with one line naming
+/// `field`; or, when `field` is `None`, accepted.
+fn check_value(edits: &str, field: Option<&str>, dir: &std::path::Path) {
+    let text = edited(edits);
+    let Some(field) = field else {
+        if let Err(e) = scenario::parse(&text) {
+            panic!("`{edits}` is merely unusual but was refused: {e}");
+        }
+        return;
+    };
+    let err = scenario::parse(&text).expect_err(edits);
+    assert!(err.starts_with(&format!("{field}: ")), "`{edits}`: error does not start with `{field}: `: {err}");
+    assert!(!err.contains('\n'), "`{edits}`: error is not one line: {err}");
+    let file = dir.join("edited.toml");
+    std::fs::write(&file, &text).expect("write the edited scenario");
+    let (code, _out, stderr) = leasesim(&["run", "--scenario", file.to_str().expect("utf-8 path"), "--seed", "1"]);
+    assert_eq!(code, 2, "`{edits}`: exit code {code}, stderr: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "`{edits}`: stderr is not one line: {stderr}");
+    assert!(stderr.contains(&format!("{field}: ")), "`{edits}`: stderr does not name `{field}`: {stderr}");
+}
+
+#[test]
+fn values_that_describe_no_real_world_are_refused() {
+    let dir = std::env::temp_dir().join(format!("leasesim-bad-values-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    scenario::parse(&edited("topology.workers = 3")).expect("the edited swarm scenario still parses");
+    for (edits, field) in REFUSED {
+        check_value(edits, Some(field), &dir);
+    }
+    for edits in ACCEPTED {
+        check_value(edits, None, &dir);
+    }
+}
+
 fn leasesim(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leasesim")).args(args).output().expect("run leasesim");
     (

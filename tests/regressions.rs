@@ -1,5 +1,5 @@
 //! Regression tests for the acceptance criteria of the three reports in
-//! shared/seeds/ (design §2), as scripted scenarios: every enqueue is placed
+//! docs/real-bugs.md, as scripted scenarios: every enqueue is placed
 //! by `workload.script` (tests/scenarios/*.toml) and every fault by an
 //! explicit fault plan (below), so nothing is drawn from the seed but network
 //! latencies and coin flips that the facts do not depend on.
@@ -400,7 +400,7 @@ fn pause(proc: ProcId, at_ms: u64, for_ms: u64) -> FaultEvent {
 }
 
 // ---------------------------------------------------------------------------
-// A1: a hung failure finalization holds the permit (seeds/000)
+// A1: a hung failure finalization holds the permit (docs/real-bugs.md#a1)
 // ---------------------------------------------------------------------------
 
 /// Every outcome write (lease check, fail) arriving in [0 s, 10 s) is held
@@ -563,7 +563,7 @@ fn a1_broken(run: &Run) {
 }
 
 // ---------------------------------------------------------------------------
-// A3: one shard target serializes execution (seeds/000)
+// A3: one shard target serializes execution (docs/real-bugs.md#a3)
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -626,7 +626,7 @@ fn a3_broken(run: &Run) {
 }
 
 // ---------------------------------------------------------------------------
-// B1: a zombie's stale completion (seeds/001)
+// B1: a zombie's stale completion (docs/real-bugs.md#b1)
 // ---------------------------------------------------------------------------
 
 /// p2 is down until 60 s, so p1 claims the job (at its 30 s store poll);
@@ -716,7 +716,7 @@ fn b1_broken(run: &Run) {
 }
 
 // ---------------------------------------------------------------------------
-// C: repair hides an expired lease behind a live activity (seeds/002)
+// C: repair hides an expired lease behind a live activity (docs/real-bugs.md#c)
 // ---------------------------------------------------------------------------
 
 /// Act 1: p1 and p3 down at 0 (p1 until 5 s, p3 until 20 s); p1 hangs from

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The invariant each real bug broke (design §2 and §5).
+/// The invariant each real bug broke (docs/real-bugs.md, docs/design.md#invariants).
 pub fn invariant_of(defect: Defect) -> &'static str {
     match defect {
         Defect::UnboundedFinalize => "no-permit-leak",

@@ -5,7 +5,8 @@
 //! table refuses unknown fields, and every error names the file and field.
 
 use crate::faults::FaultKind;
-use leasesim::config::EngineConfig;
+use leasesim::config::{EngineConfig, Range};
+use leasesim::task::TaskKind;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -300,10 +301,48 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     })
 }
 
+/// The caps of a scenario's own fields (the engine's are in
+/// [`EngineConfig::RANGES`]); durations share the engine's caps.
+pub mod ranges {
+    use leasesim::config::{Range, DAY_MS, MAX_DURATION_MS};
+
+    /// More worker processes than this is not a world one seed can run.
+    pub const WORKERS: Range = Range::count(1, 64);
+    /// Tasks or groups of one kind a workload enqueues.
+    pub const TASKS: Range = Range::count(0, 100_000);
+    /// Stages of one pipeline, workflow tasks of one run.
+    pub const PER_GROUP: Range = Range::count(0, 1_000);
+    /// Any duration of the world, a phase, a bound or a fault limit.
+    pub const SPAN_MS: Range = Range::ms(0, MAX_DURATION_MS);
+    /// A liveness bound of 0 ms would demand the impossible (a claim, a
+    /// recovery, a materialization or a completion in no time at all).
+    pub const BOUND_MS: Range = Range::ms(1, MAX_DURATION_MS);
+    /// A phase of 0 ms does not happen.
+    pub const PHASE_MS: Range = Range::ms(1, MAX_DURATION_MS);
+    /// A query waits for its index at most this long (0: answer at once).
+    pub const LAG_MS: Range = Range::ms(0, DAY_MS);
+    /// Fault events per enabled kind (0: a plan draws none).
+    pub const EVENTS_PER_KIND: Range = Range::count(0, 100);
+    /// Windows, pauses, partitions, downtimes and stalls: a plan never draws
+    /// one shorter than `faults::MIN_SPAN_MS`, so a smaller limit would be
+    /// silently raised.
+    pub const FAULT_SPAN_MS: Range = Range::ms(crate::faults::MIN_SPAN_MS, MAX_DURATION_MS);
+    /// Extra delay of a late reply; the same holds for `faults::MIN_DELAY_MS`.
+    pub const DELAY_MS: Range = Range::ms(crate::faults::MIN_DELAY_MS, DAY_MS);
+    /// A process's clock offset (0: no skew). A day off is no longer skew.
+    pub const CLOCK_OFFSET_MS: Range = Range::ms(0, DAY_MS);
+    /// Seeds a campaign needs before coverage is judged (0: always judged);
+    /// beyond a billion it would never be.
+    pub const MIN_SEEDS: Range = Range::count(0, 1_000_000_000);
+}
+
+/// Refuses a scenario that cannot describe a real world: every numeric field
+/// against its range, then the relations between fields. The error is one
+/// line that starts with the field's path (`engine.lease_ttl.job_ms: ...`).
 pub fn validate(s: &Scenario) -> Result<(), String> {
     s.engine.validate().map_err(|e| format!("engine.{e}"))?;
-    if s.topology.workers == 0 || s.topology.workers > 64 {
-        return Err("topology.workers must be between 1 and 64".into());
+    for (path, value, range) in ranged_fields(s) {
+        range.check(&path, value)?;
     }
     let w = &s.workload;
     let rates = [
@@ -314,20 +353,44 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     ];
     for (field, rate) in rates {
         if !(0.0..=1.0).contains(&rate) {
-            return Err(format!("workload.{field} must be between 0 and 1"));
+            return Err(format!("workload.{field}: must be from 0 to 1, got {rate}"));
         }
     }
+    // Relations: each names the field that would have to change.
     if w.work_min_ms > w.work_max_ms {
-        return Err("workload.work_min_ms must not exceed workload.work_max_ms".into());
+        return Err(format!("workload.work_min_ms: must not exceed workload.work_max_ms ({} ms)", w.work_max_ms));
     }
     if w.activity_work_min_ms > w.activity_work_max_ms {
-        return Err("workload.activity_work_min_ms must not exceed workload.activity_work_max_ms".into());
+        return Err(format!(
+            "workload.activity_work_min_ms: must not exceed workload.activity_work_max_ms ({} ms)",
+            w.activity_work_max_ms
+        ));
     }
-    if w.long_work_rate > 0.0 && (w.long_work_min_ms == 0 || w.long_work_min_ms > w.long_work_max_ms) {
+    if w.pipelines > 0 && w.stages_per_pipeline == 0 {
+        return Err("workload.stages_per_pipeline: must be at least 1 when pipelines are enqueued".into());
+    }
+    if w.workflow_runs > 0 && w.workflow_tasks_per_run == 0 {
         return Err(
-            "workload.long_work_min_ms must be between 1 and workload.long_work_max_ms when long_work_rate is set"
+            "workload.workflow_tasks_per_run: must be at least 1 when workflow runs are enqueued (a run starts with a workflow task)"
                 .into(),
         );
+    }
+    // A body that takes no time at all describes no work.
+    let activities = w.workflow_runs > 0 || w.script.iter().any(|e| e.kind == TaskKind::Activity);
+    let ordinary = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs > 0
+        || w.after_heal_index_builds + w.after_heal_jobs > 0
+        || w.script.iter().any(|e| e.kind != TaskKind::Activity);
+    if ordinary && w.work_max_ms == 0 {
+        return Err("workload.work_max_ms: must be at least 1 ms when tasks are enqueued".into());
+    }
+    if activities && w.activity_work_max_ms == 0 {
+        return Err("workload.activity_work_max_ms: must be at least 1 ms when activities are enqueued".into());
+    }
+    if w.long_work_rate > 0.0 && (w.long_work_min_ms == 0 || w.long_work_min_ms > w.long_work_max_ms) {
+        return Err(format!(
+            "workload.long_work_min_ms: must be from 1 ms to workload.long_work_max_ms ({} ms) when long_work_rate is set, got {} ms",
+            w.long_work_max_ms, w.long_work_min_ms
+        ));
     }
     let late = w.after_heal_delay_ms + w.after_heal_window_ms;
     if w.after_heal_index_builds + w.after_heal_jobs > 0
@@ -337,14 +400,18 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             "workload.after_heal_window_ms: work enqueued after the heal (and its queries) must end within phases.heal_phase_ms".into(),
         );
     }
-    if w.pipelines > 0 && w.stages_per_pipeline == 0 {
-        return Err("workload.stages_per_pipeline must be at least 1".into());
-    }
-    if s.phases.fault_phase_ms == 0 || s.phases.heal_phase_ms == 0 {
-        return Err("phases.fault_phase_ms and phases.heal_phase_ms must be greater than 0".into());
-    }
     if w.enqueue_window_ms > s.phases.fault_phase_ms {
-        return Err("workload.enqueue_window_ms must not exceed phases.fault_phase_ms".into());
+        return Err(format!(
+            "workload.enqueue_window_ms: must not exceed phases.fault_phase_ms ({} ms)",
+            s.phases.fault_phase_ms
+        ));
+    }
+    let end_ms = s.phases.duration_ms();
+    if let Some(i) = w.script.iter().position(|e| e.at_ms >= end_ms) {
+        return Err(format!(
+            "workload.script[{i}].at_ms: must be before the end of the run ({end_ms} ms: phases.fault_phase_ms + phases.heal_phase_ms), got {} ms",
+            w.script[i].at_ms
+        ));
     }
     for (i, point) in s.coverage.require.iter().enumerate() {
         if !crate::check::coverage::known(point) {
@@ -361,4 +428,63 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         return Err("workload: enqueues nothing".into());
     }
     Ok(())
+}
+
+/// Every numeric field of a scenario outside `[engine]`, with its path and
+/// allowed range ([`ranges`]).
+fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
+    use ranges::*;
+    let (w, p, b, f) = (&s.workload, &s.phases, &s.bounds, &s.faults);
+    let mut fields: Vec<(String, u64, Range)> = [
+        ("topology.workers", s.topology.workers as u64, WORKERS),
+        ("workload.enqueue_window_ms", w.enqueue_window_ms, SPAN_MS),
+        ("workload.index_builds", w.index_builds as u64, TASKS),
+        ("workload.authz_materializations", w.authz_materializations as u64, TASKS),
+        ("workload.jobs", w.jobs as u64, TASKS),
+        ("workload.pipelines", w.pipelines as u64, TASKS),
+        ("workload.stages_per_pipeline", w.stages_per_pipeline as u64, PER_GROUP),
+        ("workload.workflow_runs", w.workflow_runs as u64, TASKS),
+        ("workload.workflow_tasks_per_run", w.workflow_tasks_per_run as u64, PER_GROUP),
+        ("workload.workflow_task_gap_ms", w.workflow_task_gap_ms, SPAN_MS),
+        ("workload.work_min_ms", w.work_min_ms, SPAN_MS),
+        ("workload.work_max_ms", w.work_max_ms, SPAN_MS),
+        ("workload.activity_work_min_ms", w.activity_work_min_ms, SPAN_MS),
+        ("workload.activity_work_max_ms", w.activity_work_max_ms, SPAN_MS),
+        ("workload.query_after_ms", w.query_after_ms, SPAN_MS),
+        ("workload.query_lag_timeout_ms", w.query_lag_timeout_ms, LAG_MS),
+        ("workload.long_work_min_ms", w.long_work_min_ms, SPAN_MS),
+        ("workload.long_work_max_ms", w.long_work_max_ms, SPAN_MS),
+        ("workload.after_heal_delay_ms", w.after_heal_delay_ms, SPAN_MS),
+        ("workload.after_heal_window_ms", w.after_heal_window_ms, SPAN_MS),
+        ("workload.after_heal_index_builds", w.after_heal_index_builds as u64, TASKS),
+        ("workload.after_heal_jobs", w.after_heal_jobs as u64, TASKS),
+        ("phases.fault_phase_ms", p.fault_phase_ms, PHASE_MS),
+        ("phases.heal_phase_ms", p.heal_phase_ms, PHASE_MS),
+        ("bounds.claim_bound_ms", b.claim_bound_ms, BOUND_MS),
+        ("bounds.recovery_bound_ms", b.recovery_bound_ms, BOUND_MS),
+        // 0 slack is strict (release exactly by the deadline), not impossible.
+        ("bounds.permit_release_slack_ms", b.permit_release_slack_ms, SPAN_MS),
+        ("bounds.materialize_bound_ms", b.materialize_bound_ms, BOUND_MS),
+        ("bounds.completion_bound_ms", b.completion_bound_ms, BOUND_MS),
+        ("faults.max_events_per_kind", f.max_events_per_kind as u64, EVENTS_PER_KIND),
+        ("faults.max_window_ms", f.max_window_ms, FAULT_SPAN_MS),
+        ("faults.max_pause_ms", f.max_pause_ms, FAULT_SPAN_MS),
+        ("faults.max_partition_ms", f.max_partition_ms, FAULT_SPAN_MS),
+        ("faults.max_downtime_ms", f.max_downtime_ms, FAULT_SPAN_MS),
+        ("faults.max_stall_ms", f.max_stall_ms, FAULT_SPAN_MS),
+        ("faults.max_delay_ms", f.max_delay_ms, DELAY_MS),
+        ("faults.max_clock_offset_ms", f.max_clock_offset_ms, CLOCK_OFFSET_MS),
+        ("coverage.min_seeds", s.coverage.min_seeds, MIN_SEEDS),
+    ]
+    .into_iter()
+    .map(|(path, value, range)| (path.to_string(), value, range))
+    .collect();
+    if let Some(ms) = b.fresh_index_after_heal_ms {
+        // 0: every index built after the heal is judged.
+        fields.push(("bounds.fresh_index_after_heal_ms".into(), ms, SPAN_MS));
+    }
+    for (i, e) in w.script.iter().enumerate() {
+        fields.push((format!("workload.script[{i}].at_ms"), e.at_ms, SPAN_MS));
+    }
+    fields
 }

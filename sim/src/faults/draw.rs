@@ -14,6 +14,13 @@ use rand_chacha::ChaCha8Rng;
 /// The stream of the seed that fault plans are drawn from ("faults").
 const FAULT_STREAM: u64 = 0x6661_756c_7473;
 
+/// The shortest window, pause, partition, downtime or stall a plan draws
+/// (a scenario's limits cannot ask for less: see `scenario::validate`).
+pub const MIN_SPAN_MS: u64 = 1_000;
+
+/// The shortest extra delay of a late reply a plan draws.
+pub const MIN_DELAY_MS: u64 = 500;
+
 pub fn draw(seed: u64, scenario: &Scenario) -> FaultPlan {
     let limits = &scenario.faults;
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, FAULT_STREAM, 0));
@@ -47,8 +54,9 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
     let phase_ms = s.phases.fault_phase_ms;
     let at_ms = rng.gen_range(0..phase_ms.saturating_sub(1_000).max(1));
     let room_ms = phase_ms - at_ms;
-    let mut span =
-        |max_ms: u64| rng.gen_range(1_000.min(room_ms)..=max_ms.clamp(1_000, room_ms.max(1_000)).min(room_ms));
+    let mut span = |max_ms: u64| {
+        rng.gen_range(MIN_SPAN_MS.min(room_ms)..=max_ms.clamp(MIN_SPAN_MS, room_ms.max(MIN_SPAN_MS)).min(room_ms))
+    };
     let mut e = FaultEvent { kind, at_ms, for_ms: 0, proc: None, rate: 0.0, magnitude_ms: 0 };
     match kind {
         FaultKind::ProcessKill => e.for_ms = span(limits.max_downtime_ms),
@@ -78,7 +86,7 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
         }
         FaultKind::StalePoll | FaultKind::MessageDelay => {
             e.rate = rng.gen_range(0.1..0.8);
-            e.magnitude_ms = rng.gen_range(500..=limits.max_delay_ms.max(500)) as i64;
+            e.magnitude_ms = rng.gen_range(MIN_DELAY_MS..=limits.max_delay_ms.max(MIN_DELAY_MS)) as i64;
         }
         FaultKind::TxnTimeout => {
             e.rate = rng.gen_range(0.05..0.5);

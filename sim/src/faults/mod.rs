@@ -9,7 +9,7 @@
 mod draw;
 mod mutate;
 
-pub use draw::{draw, draw_one};
+pub use draw::{draw, draw_one, MIN_DELAY_MS, MIN_SPAN_MS};
 pub use mutate::mutate;
 
 use serde::{Deserialize, Serialize};
