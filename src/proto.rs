@@ -11,8 +11,12 @@ use std::future::Future;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Request {
+    /// Create a task. A request carrying an idempotency key the store has
+    /// seen before creates nothing and answers the task that key created,
+    /// so a client may send it again after an answer it never got.
     Enqueue {
         spec: TaskSpec,
+        key: Option<u64>,
     },
     /// Create a pipeline of `stages` sequential stages; its first stage is due.
     CreatePipeline {

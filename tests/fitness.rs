@@ -221,7 +221,7 @@ impl Variant for UnguardedStages {
                             index: None,
                             not_before_ms: 0,
                         };
-                        server.handle(Request::Enqueue { spec }).await
+                        server.handle(Request::Enqueue { spec, key: None }).await
                     }
                     other => other,
                 }
@@ -282,17 +282,20 @@ fn completion_always_applies(_: Option<Owner>, req: Request, send: Call) -> Answ
 }
 
 /// The client sends an enqueue again when the first answer does not come
-/// within a second, without an idempotency key.
+/// within a second, under a fresh idempotency key.
 fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> Answer {
     Box::pin(async move {
-        if from.is_some() || !matches!(req, Request::Enqueue { .. }) {
-            return send(req).await;
+        let Request::Enqueue { spec, key } = req else { return send(req).await };
+        if from.is_some() {
+            return send(Request::Enqueue { spec, key }).await;
         }
-        let first = tokio::spawn(send(req.clone()));
+        let first = tokio::spawn(send(Request::Enqueue { spec: spec.clone(), key }));
         tokio::select! {
             biased;
             answer = first => answer.unwrap_or(Err(RpcError::Unavailable)),
-            _ = tokio::time::sleep(Duration::from_millis(1_000)) => send(req).await,
+            _ = tokio::time::sleep(Duration::from_millis(1_000)) => {
+                send(Request::Enqueue { spec, key: key.map(|k| k ^ 1 << 63) }).await
+            }
         }
     })
 }

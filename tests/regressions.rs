@@ -403,11 +403,12 @@ fn pause(proc: ProcId, at_ms: u64, for_ms: u64) -> FaultEvent {
 // A1: a hung failure finalization holds the permit (docs/real-bugs.md#a1)
 // ---------------------------------------------------------------------------
 
-/// Every outcome write (lease check, fail) arriving in [0 s, 10 s) is held
+/// Every outcome write (lease check, fail) arriving in [0 s, 35 s) is held
 /// until the heal: that covers the failure finalization of the four authz
-/// attempts (they fail at ~1 s), and nothing of the index builds (40 s on).
+/// attempts (they fail at ~1 s) and every retry of it until its 30 s
+/// deadline, and nothing of the index builds (40 s on).
 fn a1_plan() -> Vec<FaultEvent> {
-    vec![FaultEvent { rate: 1.0, magnitude_ms: UNTIL_HEAL, ..fault(FaultKind::HungFinalization, 0, 10_000) }]
+    vec![FaultEvent { rate: 1.0, magnitude_ms: UNTIL_HEAL, ..fault(FaultKind::HungFinalization, 0, 35_000) }]
 }
 
 #[test]
@@ -436,8 +437,9 @@ fn a1_authz(run: &Run) -> Vec<TaskId> {
             run.trace(t)
         );
     }
+    // The first try of each of the four, and (fixed engine) its retries.
     let held = run.injections(FaultKind::HungFinalization);
-    assert_eq!(held.len(), 4, "{run}: one held finalization per failed authz attempt: {held:?}");
+    assert!(held.len() >= 4, "{run}: at least one held finalization per failed authz attempt: {held:?}");
     authz
 }
 

@@ -8,7 +8,9 @@
 //! The rules the model encodes:
 //! - fence: the task exists (else Missing), is not terminal (else Terminal),
 //!   has the fence's attempt (else Superseded), is leased to the fence's owner
-//!   (else NotOwner);
+//!   (else NotOwner); a completion from the attempt that completed the task
+//!   is answered "applied" again and changes nothing (idempotent);
+//! - enqueue: a key seen before creates nothing and answers its task;
 //! - claim: Ready tasks with retry_at <= now, ordered by (retry_at, id), at
 //!   most `max`; attempt + 1, lease expiry = now + TTL of the kind (none for
 //!   heartbeat-owned kinds); claiming a grouped task makes the group's next
@@ -82,6 +84,10 @@ struct Model {
     last_heartbeat: BTreeMap<Owner, u64>,
     newest_incarnation: BTreeMap<u32, u32>,
     repair: BTreeMap<GroupId, MRepair>,
+    /// Idempotency keys of enqueues and the tasks they created.
+    keys: BTreeMap<u64, TaskId>,
+    /// The attempt that completed each done task (its retry is applied again).
+    completions: BTreeMap<TaskId, Fence>,
     /// Built indexes waiting for a finalization pass, with their build task.
     built: BTreeMap<IndexId, TaskId>,
     materialized: BTreeSet<IndexId>,
@@ -102,6 +108,8 @@ impl Model {
             last_heartbeat: BTreeMap::new(),
             newest_incarnation: BTreeMap::new(),
             repair: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            completions: BTreeMap::new(),
             built: BTreeMap::new(),
             materialized: BTreeSet::new(),
         }
@@ -181,8 +189,14 @@ impl Model {
     fn apply(&mut self, now: u64, req: &Request) -> (Response, Vec<Event>) {
         let mut ev = Vec::new();
         let resp = match req {
-            Request::Enqueue { spec } => {
+            Request::Enqueue { key: Some(key), .. } if self.keys.contains_key(key) => {
+                Response::Enqueued { task: self.keys[key] }
+            }
+            Request::Enqueue { spec, key } => {
                 let task = self.next_id;
+                if let Some(key) = key {
+                    self.keys.insert(*key, task);
+                }
                 self.next_id += 1;
                 ev.push(Event::TaskCreated { task, spec: spec.clone(), retry_at_ms: spec.not_before_ms });
                 self.tasks.insert(
@@ -264,12 +278,16 @@ impl Model {
                 ev.push(Event::LeaseChecked { fence: *fence, valid });
                 Response::Valid { valid }
             }
+            Request::Complete { fence } if self.completions.get(&fence.task) == Some(fence) => {
+                Response::Applied { retries: self.tasks[&fence.task].retries, retry_at_ms: None }
+            }
             Request::Complete { fence } => match self.fence(fence) {
                 Err(reason) => {
                     ev.push(Event::WriteRejected { fence: *fence, write: WriteKind::Complete, reason });
                     Response::Rejected { reason }
                 }
                 Ok(_) => {
+                    self.completions.insert(fence.task, *fence);
                     let t = self.tasks.get_mut(&fence.task).unwrap();
                     t.state = TaskState::Done;
                     t.owner = None;
@@ -450,6 +468,8 @@ enum Op {
         index: Option<IndexId>,
         /// None: due at once (not_before 0); Some(d): not before now + d.
         delay_ms: Option<u64>,
+        /// An idempotency key (a few, so that keys repeat).
+        key: Option<u64>,
     },
     Claim {
         owner: Owner,
@@ -496,7 +516,8 @@ fn op() -> impl Strategy<Value = Op> {
     let error = prop_oneof![3 => Just(TaskError::Conflict), 1 => Just(TaskError::Fatal)];
     let advance = prop_oneof![4 => 0u64..5_000, 2 => 0u64..70_000, 1 => 0u64..=400_000];
     prop_oneof![
-        4 => (kind, group, index, delay).prop_map(|(kind, group, index, delay_ms)| Op::Enqueue { kind, group, index, delay_ms }),
+        4 => (kind, group, index, delay, proptest::option::of(0u64..4))
+            .prop_map(|(kind, group, index, delay_ms, key)| Op::Enqueue { kind, group, index, delay_ms, key }),
         4 => (owner(), 1u32..=3).prop_map(|(owner, max)| Op::Claim { owner, max }),
         3 => owner().prop_map(Op::Heartbeat),
         2 => pick().prop_map(Op::Renew),
@@ -542,8 +563,9 @@ fn resolve(p: Pick, model: &Model, granted: &[Fence]) -> Fence {
 
 fn request(op: &Op, now: u64, model: &Model, granted: &[Fence]) -> Request {
     match *op {
-        Op::Enqueue { kind, group, index, delay_ms } => Request::Enqueue {
+        Op::Enqueue { kind, group, index, delay_ms, key } => Request::Enqueue {
             spec: TaskSpec { kind, group, stage: None, index, not_before_ms: delay_ms.map_or(0, |d| now + d) },
+            key,
         },
         Op::Claim { owner, max } => Request::Claim { owner, max, wait_ms: 0 },
         Op::Heartbeat(owner) => Request::Heartbeat { owner },

@@ -28,6 +28,8 @@ use std::time::Instant;
 pub const BATCH: u64 = 16;
 /// A run joins the pool when it reached a point fewer runs than this reached.
 const RARE_RUNS: u64 = 8;
+/// The share of runs that are fresh seeds once the pool has parents.
+const FRESH_SHARE: f64 = 0.5;
 /// At most this many runs are kept.
 const POOL_MAX: usize = 512;
 /// The stream of the campaign's own choices ("guided").
@@ -64,7 +66,7 @@ impl Guide {
     /// The next run: a fresh seed, or a mutation of a kept run.
     fn next(&mut self, campaign: &Campaign, rng: &mut ChaCha8Rng) -> Option<(RunSpec, usize)> {
         let n = campaign.targets.len() as u64;
-        if self.pool.is_empty() || rng.gen_bool(0.4) {
+        if self.pool.is_empty() || rng.gen_bool(FRESH_SHARE) {
             let index = self.fresh_taken;
             self.fresh_taken += 1;
             let seed = campaign.seeds.nth(index / n)?;
@@ -85,13 +87,24 @@ impl Guide {
         RunSpec::new(t.scenario.clone(), t.arg.clone(), seed).with_plan(plan).with_defects(campaign.defects.clone())
     }
 
-    /// A parent for the rarest point any kept run reached.
+    /// A parent, drawn with a weight that grows as the points it reached are
+    /// rare: a run that alone reached something gets the most tries, but
+    /// every kept run gets some (a rare point near a common one is found by
+    /// trying the common one's neighbours too).
     fn pick(&self, rng: &mut ChaCha8Rng) -> &Parent {
-        let rarity =
-            |p: &Parent| p.points.iter().map(|pt| self.counts.get(pt).copied().unwrap_or(0)).min().unwrap_or(u64::MAX);
-        let rarest = self.pool.iter().map(rarity).min().unwrap_or(u64::MAX);
-        let candidates: Vec<&Parent> = self.pool.iter().filter(|p| rarity(p) == rarest).collect();
-        candidates[rng.gen_range(0..candidates.len())]
+        let weight = |p: &Parent| -> f64 {
+            p.points.iter().map(|pt| 1.0 / self.counts.get(pt).copied().unwrap_or(1).max(1) as f64).sum::<f64>()
+        };
+        let weights: Vec<f64> = self.pool.iter().map(weight).collect();
+        let total: f64 = weights.iter().sum();
+        let mut at = rng.gen_range(0.0..total.max(f64::MIN_POSITIVE));
+        for (parent, w) in self.pool.iter().zip(&weights) {
+            if at < *w {
+                return parent;
+            }
+            at -= w;
+        }
+        self.pool.last().expect("a parent is picked from a pool that is not empty")
     }
 
     /// Learns from one finished run (in run order).

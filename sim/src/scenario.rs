@@ -66,6 +66,8 @@ pub struct FaultLimits {
     /// Longest time a killed process stays down before it restarts.
     pub max_downtime_ms: u64,
     pub max_stall_ms: u64,
+    /// Longest time the store process stays down after a crash.
+    pub max_store_downtime_ms: u64,
     /// Longest extra delay of a late reply (stale polls, message delay).
     pub max_delay_ms: u64,
     pub max_clock_offset_ms: u64,
@@ -81,6 +83,7 @@ impl Default for FaultLimits {
             max_partition_ms: 60_000,
             max_downtime_ms: 60_000,
             max_stall_ms: 20_000,
+            max_store_downtime_ms: 20_000,
             max_delay_ms: 8_000,
             max_clock_offset_ms: 2_000,
         }
@@ -472,6 +475,7 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
         ("faults.max_partition_ms", f.max_partition_ms, FAULT_SPAN_MS),
         ("faults.max_downtime_ms", f.max_downtime_ms, FAULT_SPAN_MS),
         ("faults.max_stall_ms", f.max_stall_ms, FAULT_SPAN_MS),
+        ("faults.max_store_downtime_ms", f.max_store_downtime_ms, FAULT_SPAN_MS),
         ("faults.max_delay_ms", f.max_delay_ms, DELAY_MS),
         ("faults.max_clock_offset_ms", f.max_clock_offset_ms, CLOCK_OFFSET_MS),
         ("coverage.min_seeds", s.coverage.min_seeds, MIN_SEEDS),

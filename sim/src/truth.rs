@@ -15,8 +15,9 @@
 //! - the **client seam** (`world::run_client`): every call the application
 //!   made and every answer it got;
 //! - the **network seam** (`world::net`): every peer note sent and delivered;
-//! - **process control** (`world::controller`): partitions (kills, pauses and
-//!   restarts are [`crate::history::WorldEvent`]s).
+//! - **process control** (`world::controller`, `world::store_node`):
+//!   partitions and store crashes (worker kills, pauses and restarts are
+//!   [`crate::history::WorldEvent`]s).
 //!
 //! Checkers judge facts; engine events are cross-checked against them.
 
@@ -138,17 +139,27 @@ pub enum Fact {
         req: u64,
         from: Sender,
         request: Request,
+        /// A second delivery of a request the store already had: `from`
+        /// sent it once, earlier, and its answer here goes nowhere.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
     },
-    /// The harness dropped it before the store saw it (lost on the way, a
-    /// dropped heartbeat). Nothing was applied; no answer will come.
+    /// No answer will come: the harness dropped it before the store saw it
+    /// (lost on the way, a dropped heartbeat, the store process down), or
+    /// the store process died holding it (nothing applied that was not
+    /// already answered).
     Dropped {
         req: u64,
     },
-    /// The harness answered for the store (a transaction that timed out):
-    /// nothing was applied.
+    /// The harness answered for the store (a transaction that timed out or
+    /// failed to serialize, a statement timeout): nothing was applied.
     Refused {
         req: u64,
         response: Response,
+        /// The fault that refused it (`None`: the request's own statement
+        /// timeout).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault: Option<crate::faults::FaultKind>,
     },
     /// The engine's store took the request (after any stall or delay at the
     /// seam). Recorded when that is later than its arrival, and always for
@@ -235,6 +246,12 @@ pub enum Fact {
     Rejoined {
         proc: ProcId,
     },
+    /// The store process died, holding `held` requests ...
+    StoreCrashed {
+        held: u64,
+    },
+    /// ... and came back with its committed state.
+    StoreRestarted,
 }
 
 impl Fact {
@@ -258,6 +275,8 @@ impl Fact {
             Fact::NoteSent { .. } => "note-sent",
             Fact::NoteDelivered { .. } => "note-delivered",
             Fact::Partitioned { .. } => "partitioned",
+            Fact::StoreCrashed { .. } => "store-crashed",
+            Fact::StoreRestarted => "store-restarted",
             Fact::Rejoined { .. } => "rejoined",
         }
     }

@@ -46,6 +46,11 @@ pub struct Store {
     /// Newest incarnation seen per process: older ones are dead.
     incarnations: BTreeMap<ProcId, u32>,
     stages: BTreeMap<StageRef, StageRow>,
+    /// Idempotency keys of enqueues, and the task each created.
+    keys: BTreeMap<u64, TaskId>,
+    /// The attempt that completed each done task: its retried completion is
+    /// answered "applied" again (an idempotent write), nobody else's.
+    completions: BTreeMap<TaskId, Fence>,
     /// Indexes whose build completed, waiting for a finalization pass, with
     /// the task that built them.
     built: BTreeMap<IndexId, TaskId>,
@@ -62,6 +67,8 @@ impl Store {
             heartbeats: BTreeMap::new(),
             incarnations: BTreeMap::new(),
             stages: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            completions: BTreeMap::new(),
             built: BTreeMap::new(),
             materialized: BTreeSet::new(),
             repair: BTreeMap::new(),
@@ -109,7 +116,16 @@ impl Store {
     /// Applies one request as one transaction at store time `now_ms`.
     pub fn apply(&mut self, now_ms: u64, req: &Request, obs: &dyn Observer) -> Response {
         match req {
-            Request::Enqueue { spec } => self.enqueue(now_ms, spec.clone(), obs),
+            Request::Enqueue { spec, key } => match key.and_then(|k| self.keys.get(&k)) {
+                Some(&task) => Response::Enqueued { task },
+                None => {
+                    let resp = self.enqueue(now_ms, spec.clone(), obs);
+                    if let (Some(k), Response::Enqueued { task }) = (key, &resp) {
+                        self.keys.insert(*k, *task);
+                    }
+                    resp
+                }
+            },
             Request::CreatePipeline { pipeline, stages } => {
                 for index in 0..*stages {
                     self.stages.entry(StageRef { pipeline: *pipeline, index }).or_default();
@@ -235,11 +251,17 @@ impl Store {
     }
 
     fn complete(&mut self, now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
+        if self.completions.get(&fence.task) == Some(&fence) {
+            // The same attempt again (its first answer was lost): applied once.
+            let retries = self.tasks[&fence.task].retries;
+            return Response::Applied { retries, retry_at_ms: None };
+        }
         if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Complete, reason });
             tracing::info!(%fence, ?reason, "store: complete rejected");
             return Response::Rejected { reason };
         }
+        self.completions.insert(fence.task, fence);
         let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
         task.state = TaskState::Done;
         task.owner = None;

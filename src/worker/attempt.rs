@@ -6,7 +6,7 @@ use crate::defects::Defect;
 use crate::event::Event;
 use crate::handler::{TaskError, TaskHandler};
 use crate::ids::Fence;
-use crate::proto::{Grant, PeerNote, Rejection, Request, Response, Transport};
+use crate::proto::{Grant, PeerNote, Rejection, Request, Response, RpcError, Transport};
 use crate::task::TaskKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,15 +55,26 @@ async fn persist_outcome<T: Transport, H: TaskHandler>(
     result: Result<(), TaskError>,
 ) {
     if ctx.cfg.defects.on(Defect::UnboundedFinalize) {
-        // A1: no deadline; the permit is held for as long as the store takes.
-        finalize(ctx, fence, kind, result).await;
+        // A1: no deadline; each write is one call awaited for as long as the
+        // store takes, and the permit is held all that time.
+        finalize(ctx, fence, kind, result, Patience::Forever).await;
         return;
     }
     let deadline = Duration::from_millis(ctx.cfg.finalize_deadline_ms);
-    if tokio::time::timeout(deadline, finalize(ctx, fence, kind, result)).await.is_err() {
+    if tokio::time::timeout(deadline, finalize(ctx, fence, kind, result, Patience::Retry)).await.is_err() {
         ctx.emit(Event::FinalizeTimedOut { fence });
         tracing::warn!(%fence, deadline_ms = ctx.cfg.finalize_deadline_ms, "outcome persistence timed out; permit dropped, recovery stays authoritative");
     }
+}
+
+/// How an outcome write waits for the store.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// Each try under the RPC deadline, tried again until the finalization
+    /// deadline around it runs out.
+    Retry,
+    /// One try, waited on without any deadline.
+    Forever,
 }
 
 async fn finalize<T: Transport, H: TaskHandler>(
@@ -71,10 +82,11 @@ async fn finalize<T: Transport, H: TaskHandler>(
     fence: Fence,
     kind: TaskKind,
     result: Result<(), TaskError>,
+    patience: Patience,
 ) {
     match result {
         Ok(()) => {
-            if complete(ctx, fence, kind).await {
+            if complete(ctx, fence, kind, patience).await {
                 ctx.handler.completed(fence, kind).await;
                 ctx.emit(Event::CallbackPublished { fence });
                 tracing::info!(%fence, "completed; callback published");
@@ -84,11 +96,12 @@ async fn finalize<T: Transport, H: TaskHandler>(
         }
         Err(error) => {
             // Only the current attempt may record a failure.
-            let Ok(Response::Valid { valid: true }) = ctx.transport.call(Request::LeaseValid { fence }).await else {
+            let Ok(Response::Valid { valid: true }) = outcome_call(ctx, Request::LeaseValid { fence }, patience).await
+            else {
                 return;
             };
             if let Ok(Response::Applied { retries, retry_at_ms: Some(retry_at_ms) }) =
-                ctx.transport.call(Request::Fail { fence, error }).await
+                outcome_call(ctx, Request::Fail { fence, error }, patience).await
             {
                 if ctx.cfg.notify_peers {
                     spawn_note(ctx, fence, retries, retry_at_ms);
@@ -100,15 +113,46 @@ async fn finalize<T: Transport, H: TaskHandler>(
 
 /// Records success. A stage task's completion clears its stage link, marks
 /// the stage done and deletes the task in one transaction.
-async fn complete<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, fence: Fence, kind: TaskKind) -> bool {
+async fn complete<T: Transport, H: TaskHandler>(
+    ctx: &Arc<Ctx<T, H>>,
+    fence: Fence,
+    kind: TaskKind,
+    patience: Patience,
+) -> bool {
     if kind == TaskKind::Stage && ctx.cfg.defects.on(Defect::NonatomicStageComplete) {
         // B3: two transactions; a crash or a lost write between them leaves
         // a task that no stage references.
-        if !matches!(ctx.transport.call(Request::ClearStageLink { fence }).await, Ok(Response::Applied { .. })) {
+        if !matches!(outcome_call(ctx, Request::ClearStageLink { fence }, patience).await, Ok(Response::Applied { .. }))
+        {
             return false;
         }
     }
-    matches!(ctx.transport.call(Request::Complete { fence }).await, Ok(Response::Applied { .. }))
+    matches!(outcome_call(ctx, Request::Complete { fence }, patience).await, Ok(Response::Applied { .. }))
+}
+
+/// One outcome write (or lease check), sent again while it gets no answer
+/// within an RPC deadline or a retryable conflict: nothing was applied, or it
+/// was and the write is idempotent for its own attempt (a completion), or a
+/// second try is refused harmlessly (a failure already recorded). The
+/// finalization deadline around the whole persistence bounds the retries.
+async fn outcome_call<T: Transport, H: TaskHandler>(
+    ctx: &Arc<Ctx<T, H>>,
+    req: Request,
+    patience: Patience,
+) -> Result<Response, RpcError> {
+    if let Patience::Forever = patience {
+        return ctx.transport.call(req).await;
+    }
+    let mut pause_ms = 100;
+    loop {
+        match ctx.call(req.clone()).await {
+            None | Some(Response::Rejected { reason: Rejection::Conflict }) => {
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                pause_ms = (pause_ms * 2).min(ctx.cfg.rpc_timeout_ms);
+            }
+            Some(resp) => return Ok(resp),
+        }
+    }
 }
 
 /// After the committed backoff, tell peers the task is ready again. The note

@@ -50,7 +50,13 @@ impl Checker for ConcurrencyBound {
                     );
                 }
             }
-            Some(Fact::Arrived { from: Sender::Worker(owner), request: Request::Claim { max, .. }, .. }) => {
+            // A second delivery was asked for when its first one was.
+            Some(Fact::Arrived {
+                from: Sender::Worker(owner),
+                request: Request::Claim { max, .. },
+                duplicate: false,
+                ..
+            }) => {
                 self.evaluations += 1;
                 let bodies = running(*owner);
                 let problem = if *max > cfg.claim_batch_max {

@@ -9,6 +9,7 @@
 
 use super::view::held_by;
 use super::{answer, commit, fact, granted, lost_holder, promise, Ctx};
+use crate::faults::FaultKind;
 use crate::history::{Entry, Record, WorldEvent};
 use crate::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
 use leasesim::handler::TaskError;
@@ -67,7 +68,13 @@ points! {
     TXN_TIMEOUT = "transaction-timed-out": "a write's transaction timed out at the store and nothing was applied";
     HELD_AT_STORE = "request-held-at-store": "a request reached the store process but its engine took it over a second later";
     FRESH_INDEX = "fresh-index-queried-after-heal": "an index built from an enqueue after the heal was queried by the application";
+    STORE_CRASH_HELD = "store-crashed-holding-requests": "the store process died while it held requests: their transactions aborted, their callers were never answered";
+    DUPLICATE_ABSORBED = "duplicate-write-absorbed": "a write delivered twice was answered again by the store, and the copy changed nothing";
+    SERIALIZATION_RETRIED = "serialization-failure-retried": "a transaction aborted by a serialization failure was sent again by its caller and committed";
 }
+
+/// How many refused requests coverage remembers, waiting for their retry.
+const REFUSED_KEPT: usize = 64;
 
 /// Does `name` name a coverage point?
 pub fn known(name: &str) -> bool {
@@ -85,6 +92,9 @@ pub struct Coverage {
     /// Tasks whose last lease was released (not ended by an outcome), with
     /// the attempt that lost it.
     last_release: BTreeMap<leasesim::ids::TaskId, Fence>,
+    /// The latest requests a serialization failure refused (at most
+    /// `REFUSED_KEPT`, oldest first).
+    serialization_refused: std::collections::VecDeque<(Sender, Request)>,
 }
 
 impl Coverage {
@@ -196,6 +206,13 @@ impl Coverage {
         if matches!(a.request.from, Sender::Client(_)) && !a.commit.is_empty() && a.reply == Reply::Lost {
             self.hit(CLIENT_REPLY_LOST);
         }
+        if a.request.duplicate && a.commit.is_empty() && is_write(&a.request.request) {
+            self.hit(DUPLICATE_ABSORBED);
+        }
+        let retried = |(from, request): &(Sender, Request)| *from == a.request.from && *request == a.request.request;
+        if !a.commit.is_empty() && self.serialization_refused.iter().any(retried) {
+            self.hit(SERIALIZATION_RETRIED);
+        }
         let handed_at = a.request.handed_ms.unwrap_or(now);
         if handed_at > a.request.arrived_ms + 1_000 {
             self.hit(HELD_AT_STORE);
@@ -303,7 +320,15 @@ impl Coverage {
                     self.handed(r.from, r.arrived_ms);
                 }
             }
-            Some(Fact::Refused { .. }) => self.hit(TXN_TIMEOUT),
+            Some(Fact::Refused { fault: Some(FaultKind::TxnTimeout), .. }) => self.hit(TXN_TIMEOUT),
+            Some(Fact::Refused { req, fault: Some(FaultKind::SerializationFailure), .. }) => {
+                let Some(r) = v.request(*req) else { return };
+                if self.serialization_refused.len() == REFUSED_KEPT {
+                    self.serialization_refused.pop_front();
+                }
+                self.serialization_refused.push_back((r.from, r.request.clone()));
+            }
+            Some(Fact::StoreCrashed { held }) if *held > 0 => self.hit(STORE_CRASH_HELD),
             Some(Fact::NoteDelivered { note, .. }) if now < note.retry_at_ms => self.hit(NOTE_EARLY),
             Some(Fact::BodyEnded { fence, .. }) => {
                 let Some(body) = v.bodies.get(fence) else { return };
@@ -328,6 +353,19 @@ impl Coverage {
             _ => {}
         }
     }
+}
+
+/// Writes whose second delivery the store must absorb.
+fn is_write(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Enqueue { .. }
+            | Request::EnqueueStage { .. }
+            | Request::CreatePipeline { .. }
+            | Request::Complete { .. }
+            | Request::Fail { .. }
+            | Request::ClearStageLink { .. }
+    )
 }
 
 #[cfg(test)]

@@ -97,7 +97,7 @@ mod tests {
     fn enqueue(h: H, task: u64) -> H {
         h.answer(
             Sender::Client(1),
-            Request::Enqueue { spec: spec() },
+            Request::Enqueue { spec: spec(), key: None },
             Response::Enqueued { task },
             vec![Event::TaskCreated { task, spec: spec(), retry_at_ms: 0 }],
             &[(task, &|_: &mut Task| {})],

@@ -21,8 +21,6 @@ pub const NAME: &str = "keepalive";
 
 /// Slack on a heartbeat gap (timer and network jitter).
 const SLACK_MS: u64 = 1_000;
-/// Network latency between a worker and the store seam (madsim: 1-10 ms).
-const LATENCY_MS: u64 = 100;
 
 #[derive(Default)]
 pub struct Keepalive {
@@ -108,11 +106,14 @@ impl Keepalive {
                 .bodies
                 .get(&fence)
                 .is_some_and(|b| b.started_ms <= from && b.ended_ms.is_none_or(|e| e > expiry));
-            if !running || !ctx.view.live_throughout(owner, from, expiry) || offset + LATENCY_MS >= margin {
+            if !running
+                || !ctx.view.live_throughout(owner, from, expiry)
+                || offset + promise::NET_LATENCY_MAX_MS >= margin
+            {
                 continue;
             }
             self.evaluations += 1;
-            let window = from.saturating_sub(offset + LATENCY_MS);
+            let window = from.saturating_sub(offset + promise::NET_LATENCY_MAX_MS);
             let renewed = self.renewals.get(&fence).is_some_and(|at| at.iter().any(|&a| a >= window && a <= expiry));
             if !renewed {
                 out.push(

@@ -59,6 +59,11 @@ pub fn heartbeat_gap_ms(cfg: &EngineConfig) -> u64 {
     cfg.heartbeat_interval_ms + cfg.rpc_timeout_ms
 }
 
+/// The longest a message takes between a process and the store seam, with
+/// room to spare (madsim's network: 1-10 ms). Checkers that compare a time
+/// at the store with a time at a process allow this much.
+pub const NET_LATENCY_MAX_MS: u64 = 100;
+
 #[cfg(test)]
 mod tests {
     use super::*;

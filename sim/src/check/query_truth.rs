@@ -7,7 +7,7 @@
 //! set, read by the harness) and the client seam (what the application was
 //! told).
 
-use super::{answer, fact, Checker, Ctx, Violation};
+use super::{answer, fact, promise, Checker, Ctx, Violation};
 use crate::history::Record;
 use crate::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
 use leasesim::proto::{Request, Response};
@@ -17,8 +17,8 @@ pub const NAME: &str = "query-truth";
 
 #[derive(Default)]
 pub struct QueryTruth {
-    /// Per client call: the answer the store delivered to it.
-    delivered: BTreeMap<u64, bool>,
+    /// Per client call: the answer the store sent it, and when.
+    delivered: BTreeMap<u64, (bool, u64)>,
     /// Late answers (request -> (call, materialized)) until they leave.
     late: BTreeMap<u64, (u64, bool)>,
     evaluations: u64,
@@ -44,7 +44,7 @@ impl QueryTruth {
         if let Sender::Client(call) = a.request.from {
             match a.reply {
                 Reply::Sent => {
-                    self.delivered.insert(call, *materialized);
+                    self.delivered.insert(call, (*materialized, now));
                 }
                 Reply::Late => {
                     self.late.insert(a.req, (call, *materialized));
@@ -58,7 +58,7 @@ impl QueryTruth {
         match fact(rec) {
             Some(Fact::Replied { req }) => {
                 if let Some((call, m)) = self.late.remove(req) {
-                    self.delivered.insert(call, m);
+                    self.delivered.insert(call, (m, now));
                 }
             }
             Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } }) => {
@@ -69,9 +69,11 @@ impl QueryTruth {
                 // A call whose answer never arrived (lost, late past the
                 // client's deadline) may report "not materialized": it could
                 // not know better. It may never report "materialized" untrue.
+                // An answer sent just before the client's deadline may land
+                // after it: only one sent a network latency earlier counts.
                 let problem = match (*materialized, truth, self.delivered.get(call)) {
                     (true, None, _) => Some("told materialized, but the store had not materialized it".to_string()),
-                    (false, _, Some(true)) => {
+                    (false, _, Some((true, sent_ms))) if sent_ms + promise::NET_LATENCY_MAX_MS <= now => {
                         Some("told not materialized, but the store delivered materialized".to_string())
                     }
                     _ => None,
@@ -138,7 +140,11 @@ mod tests {
             H::new().up(o(1, 1)).created_index(1, 7).at(5).queried(7, None, true).build()
             => &[(NAME, None)];
         client_told_the_opposite_of_the_answer:
-            built().at(500).queried(7, Some(true), false).build()
+            built().at(500).queried_after(7, Some(true), false, 150).build()
             => &[(NAME, None)];
+        // Sent 5 ms before the client's deadline: it may land after it.
+        answer_sent_at_the_deadline_may_miss_it:
+            built().at(500).queried_after(7, Some(true), false, 5).build()
+            => PASS;
     }
 }

@@ -39,7 +39,7 @@ fn at_store(ctx: &Ctx, owner: Owner, kind: MaintenanceKind) -> Vec<(u64, u64)> {
 
 impl SingleFlight {
     fn judge_store(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
-        let Some(Fact::Arrived { req, from: Sender::Worker(owner), request: Request::Maintain { kind, .. } }) =
+        let Some(Fact::Arrived { req, from: Sender::Worker(owner), request: Request::Maintain { kind, .. }, .. }) =
             fact(rec)
         else {
             return;

@@ -143,8 +143,11 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
             match resp {
                 Response::Applied { retries, retry_at_ms } => {
                     let stage_write = matches!(a.request.request, Request::ClearStageLink { .. });
+                    // A completion's own retry is answered "applied" again.
+                    let again = matches!(a.request.request, Request::Complete { .. })
+                        && ctx.view.completed_by.get(&fence.task) == Some(fence);
                     let Some(ch) = c.task(fence.task) else {
-                        return (!stage_write)
+                        return (!stage_write && !again)
                             .then(|| format!("{what} of {fence} answered applied but changed nothing"));
                     };
                     let committed_at = (ch.after.state == TaskState::Ready).then_some(ch.after.retry_at_ms);
@@ -166,9 +169,13 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
                 _ => None,
             }
         }
-        Request::Enqueue { spec } => {
+        Request::Enqueue { spec, key } => {
             let created: Vec<&TaskChange> = c.tasks.iter().filter(|ch| ch.before.is_none()).collect();
+            let known = key.and_then(|k| ctx.view.enqueue_keys.get(&k)).copied();
             match resp {
+                // A key seen before: nothing created, its task answered.
+                Response::Enqueued { task } if known.is_some() => (known != Some(*task) || !c.is_empty())
+                    .then(|| format!("an enqueue with a known key answered t{task}; the key created {known:?}")),
                 Response::Enqueued { task } => match created.as_slice() {
                     [one] if one.after.id == *task && one.after.spec == *spec && c.tasks.len() == 1 => None,
                     _ => Some(format!("enqueue answered t{task}; committed {} rows", c.tasks.len())),

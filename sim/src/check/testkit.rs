@@ -211,7 +211,7 @@ impl H {
     pub fn arrive(mut self, from: Sender, request: Request) -> (Self, u64) {
         self.next_req += 1;
         let req = self.next_req;
-        (self.fact(Fact::Arrived { req, from, request }), req)
+        (self.fact(Fact::Arrived { req, from, request, duplicate: false }), req)
     }
 
     /// A request from `from` is answered: the engine's `events`, then the
@@ -283,7 +283,7 @@ impl H {
         self.fact(Fact::ClientCalled { call, what })
             .answer(
                 from,
-                Request::Enqueue { spec: spec.clone() },
+                Request::Enqueue { spec: spec.clone(), key: None },
                 Response::Enqueued { task },
                 vec![event],
                 &[(task, &|t: &mut Task| {
@@ -511,7 +511,12 @@ impl H {
     }
     /// The application asks about `index` and is told `materialized`, with
     /// the store's answer `store` delivered to it (`None`: none arrived).
-    pub fn queried(mut self, index: IndexId, store: Option<bool>, materialized: bool) -> Self {
+    pub fn queried(self, index: IndexId, store: Option<bool>, materialized: bool) -> Self {
+        self.queried_after(index, store, materialized, 0)
+    }
+    /// As `queried`, with the application told `gap_ms` after the store sent
+    /// its answer.
+    pub fn queried_after(mut self, index: IndexId, store: Option<bool>, materialized: bool, gap_ms: u64) -> Self {
         let call = self.call();
         let what = ClientCall::Query { index, lag_timeout_ms: 1000 };
         let mut h = self.fact(Fact::ClientCalled { call, what });
@@ -525,7 +530,9 @@ impl H {
             ),
             None => h,
         };
-        h.ev(Event::QueryResult { index, materialized })
+        let at = h.now + gap_ms;
+        h.at(at)
+            .ev(Event::QueryResult { index, materialized })
             .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } })
     }
 

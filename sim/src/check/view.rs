@@ -152,6 +152,8 @@ pub struct RequestView {
     pub handed_ms: Option<u64>,
     /// The store's answer: when, what, and what became of it.
     pub answer: Option<(u64, Response, Reply)>,
+    /// A second delivery of a request: its answer reaches nobody.
+    pub duplicate: bool,
 }
 
 /// One execution of a task body, as the body saw it.
@@ -209,6 +211,12 @@ pub struct View {
     /// Every grant the store committed: attempt -> commit time.
     pub grants: BTreeMap<Fence, u64>,
     pub calls: BTreeMap<u64, CallView>,
+    /// Idempotency key of an enqueue -> the task it created.
+    pub enqueue_keys: BTreeMap<u64, TaskId>,
+    /// Done task -> the attempt whose completion made it done.
+    pub completed_by: BTreeMap<TaskId, Fence>,
+    /// When the store process was down (crash, restart or still down).
+    pub store_down: Vec<(u64, Option<u64>)>,
 }
 
 impl View {
@@ -320,7 +328,7 @@ impl View {
 
     fn apply_fact(&mut self, now: u64, f: &Fact) {
         match f {
-            Fact::Arrived { req, from, request } => {
+            Fact::Arrived { req, from, request, duplicate } => {
                 if let Sender::Worker(owner) = from {
                     self.owners.entry(*owner).or_default().first_seen_ms.get_or_insert(now);
                 }
@@ -330,6 +338,7 @@ impl View {
                     arrived_ms: now,
                     handed_ms: None,
                     answer: None,
+                    duplicate: *duplicate,
                 };
                 self.requests.insert(*req, view);
             }
@@ -387,6 +396,8 @@ impl View {
             }
             Fact::Partitioned { proc } => open(&mut self.procs.entry(*proc).or_default().partitions, now),
             Fact::Rejoined { proc } => close(&mut self.procs.entry(*proc).or_default().partitions, now),
+            Fact::StoreCrashed { .. } => open(&mut self.store_down, now),
+            Fact::StoreRestarted => close(&mut self.store_down, now),
             Fact::Callback { .. } | Fact::NoteSent { .. } | Fact::NoteDelivered { .. } | Fact::Final { .. } => {}
         }
     }
@@ -404,6 +415,14 @@ impl View {
             _ => None,
         };
         self.apply_commit(now, Some(req), completed_by, commit);
+        if let (Request::Enqueue { key: Some(key), .. }, Response::Enqueued { task }) = (&r.request, response) {
+            self.enqueue_keys.entry(*key).or_insert(*task);
+        }
+        if let Request::Complete { fence } = &r.request {
+            if commit.task(fence.task).is_some_and(|c| c.after.state == TaskState::Done) {
+                self.completed_by.insert(fence.task, *fence);
+            }
+        }
         r.handed_ms.get_or_insert(now);
         match reply {
             Reply::Sent => self.answer_reached(&r, now, Some(response)),
@@ -420,6 +439,9 @@ impl View {
     /// attempt's final outcome answer ends its finalization.
     fn answer_reached(&mut self, r: &RequestView, _now: u64, response: Option<&Response>) {
         let Sender::Worker(owner) = r.from else { return };
+        if r.duplicate {
+            return;
+        }
         let fence = match &r.request {
             Request::Complete { fence } | Request::Fail { fence, .. } => Some(*fence),
             Request::LeaseValid { fence } if matches!(response, Some(Response::Valid { valid: false }) | None) => {

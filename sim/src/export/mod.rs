@@ -839,8 +839,11 @@ mod tests {
     fn a_violating_run_shows_its_violations() {
         use leasesim::defects::{Defect, Defects};
         let defects = Defects([Defect::UnfencedCompletion].into_iter().collect());
-        let (trace, svg, violations) = export_real_run("b-machines", 15, defects);
-        assert!(violations > 0, "b-machines seed 15 with unfenced-completion violates fenced-completion");
+        // The first violating seed: which one it is moves whenever plans do.
+        let (trace, svg, violations) = (1..=40)
+            .map(|seed| export_real_run("b-machines", seed, defects.clone()))
+            .find(|(_, _, violations)| *violations > 0)
+            .expect("unfenced-completion violates within 40 seeds of b-machines");
         let v: serde_json::Value = serde_json::from_str(&trace).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
         let found = events.iter().filter(|e| e["cat"] == "violation").count();

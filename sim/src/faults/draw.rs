@@ -64,6 +64,7 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
         FaultKind::Partition => e.for_ms = span(limits.max_partition_ms),
         FaultKind::MissedHeartbeat => e.for_ms = span(limits.max_pause_ms),
         FaultKind::StoreStall => e.for_ms = span(limits.max_stall_ms),
+        FaultKind::StoreCrash => e.for_ms = span(limits.max_store_downtime_ms),
         FaultKind::ClockOffset => {}
         _ => e.for_ms = span(limits.max_window_ms),
     }
@@ -99,7 +100,12 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
         FaultKind::MessageLoss | FaultKind::WriteConflict | FaultKind::HungMaintenance => {
             e.rate = rng.gen_range(0.05..0.5);
         }
-        FaultKind::StoreStall => {}
+        // Every request is a candidate for these two: lower rates keep the
+        // store usable through the window.
+        FaultKind::DuplicateDelivery | FaultKind::SerializationFailure => {
+            e.rate = rng.gen_range(0.02..0.2);
+        }
+        FaultKind::StoreStall | FaultKind::StoreCrash => {}
     }
     e
 }

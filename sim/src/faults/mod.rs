@@ -32,10 +32,15 @@ pub enum FaultKind {
     ClockOffset,
     SlowPreparation,
     HungMaintenance,
+    StoreCrash,
+    DuplicateDelivery,
+    SerializationFailure,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 14] = [
+    // New kinds go at the end: plans draw a coin per kind in this order, so
+    // a kind added in the middle would reshuffle every plan after it.
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::HungFinalization,
         FaultKind::ProcessKill,
         FaultKind::StalePoll,
@@ -50,6 +55,9 @@ impl FaultKind {
         FaultKind::ClockOffset,
         FaultKind::SlowPreparation,
         FaultKind::HungMaintenance,
+        FaultKind::StoreCrash,
+        FaultKind::DuplicateDelivery,
+        FaultKind::SerializationFailure,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +76,9 @@ impl FaultKind {
             FaultKind::ClockOffset => "clock-offset",
             FaultKind::SlowPreparation => "slow-preparation",
             FaultKind::HungMaintenance => "hung-maintenance",
+            FaultKind::StoreCrash => "store-crash",
+            FaultKind::DuplicateDelivery => "duplicate-delivery",
+            FaultKind::SerializationFailure => "serialization-failure",
         }
     }
 
@@ -92,7 +103,12 @@ impl FaultKind {
             FaultKind::WriteConflict => "a task body fails on a write conflict",
             FaultKind::ClockOffset => "a process's clock is ahead of or behind the store's",
             FaultKind::SlowPreparation => "a task takes long to prepare before its body runs",
-            FaultKind::HungMaintenance => "a maintenance pass's store call never returns",
+            FaultKind::HungMaintenance => "a maintenance pass's store work never finishes (until its statement timeout)",
+            FaultKind::StoreCrash => {
+                "the store process dies and restarts: committed state survives, held requests are lost, calls meanwhile are refused"
+            }
+            FaultKind::DuplicateDelivery => "a request is delivered to the store a second time, a little later",
+            FaultKind::SerializationFailure => "a write's transaction fails with a retryable conflict: nothing applied",
         }
     }
 

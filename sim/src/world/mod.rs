@@ -113,6 +113,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         next_req: Default::default(),
         max_downtime_ms: scenario.faults.max_downtime_ms,
         variant: variant.clone(),
+        crash: Default::default(),
     });
     let store_for_node = store.clone();
     let store_variant = variant.clone();
@@ -161,10 +162,11 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         let rec = rec.clone();
         store_node.spawn(async move { sabotage_at(sabotage, rec).await });
     }
-    drive_process_faults(&spec.plan, &faults, &control, scenario.phases.fault_phase_ms).await;
+    drive_process_faults(&spec.plan, &faults, &control, &store, scenario.phases.fault_phase_ms).await;
     rec.world(WorldEvent::Heal);
     faults.heal();
     control.heal();
+    store.restart_now();
     tokio::time::sleep(Duration::from_millis(scenario.phases.heal_phase_ms)).await;
     rec.world(WorldEvent::End);
     let end_ms = rec.now_ms();
@@ -200,9 +202,15 @@ fn clock_offset(plan: &FaultPlan, proc: u32) -> i64 {
     plan.events.iter().find(|e| e.kind == FaultKind::ClockOffset && e.proc == Some(proc)).map_or(0, |e| e.magnitude_ms)
 }
 
-/// Plays the plan's process faults (kills, pauses, partitions) in time order
-/// until the end of the fault phase.
-async fn drive_process_faults(plan: &FaultPlan, faults: &Injector, control: &Controller, fault_phase_ms: u64) {
+/// Plays the plan's process faults (kills, pauses, partitions, store
+/// crashes) in time order until the end of the fault phase.
+async fn drive_process_faults(
+    plan: &FaultPlan,
+    faults: &Injector,
+    control: &Controller,
+    store: &StoreNode,
+    fault_phase_ms: u64,
+) {
     #[derive(Debug, Clone, Copy)]
     enum Act {
         Kill,
@@ -211,16 +219,20 @@ async fn drive_process_faults(plan: &FaultPlan, faults: &Injector, control: &Con
         Resume,
         Clog,
         Unclog,
+        CrashStore,
+        RestartStore,
     }
     let mut acts: Vec<(u64, u32, Act, FaultKind)> = Vec::new();
     for e in &plan.events {
-        let Some(proc) = e.proc else { continue };
         let (start, stop) = match e.kind {
             FaultKind::ProcessKill => (Act::Kill, Act::Restart),
             FaultKind::ProcessPause => (Act::Pause, Act::Resume),
             FaultKind::Partition => (Act::Clog, Act::Unclog),
+            FaultKind::StoreCrash => (Act::CrashStore, Act::RestartStore),
             _ => continue,
         };
+        // Process faults name their worker; the store is process 0.
+        let proc = e.proc.unwrap_or(0);
         acts.push((e.at_ms, proc, start, e.kind));
         acts.push((e.end_ms(), proc, stop, e.kind));
     }
@@ -249,6 +261,8 @@ async fn drive_process_faults(plan: &FaultPlan, faults: &Injector, control: &Con
                 control.clog(proc);
             }
             Act::Unclog => control.unclog(proc),
+            Act::CrashStore => store.crash_now(),
+            Act::RestartStore => store.restart_now(),
         }
     }
     tokio::time::sleep_until(start + Duration::from_millis(fault_phase_ms)).await;
@@ -329,7 +343,7 @@ async fn run_client(
     for (n, (at_ms, action)) in plan(seed, &scenario.workload, heal_ms).into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
         let call = n as u64 + 1;
-        let client = Client::new(transport.as_sender(Sender::Client(call)), obs.clone(), rpc_timeout_ms);
+        let client = Client::new(transport.as_sender(Sender::Client(call)), obs.clone(), rpc_timeout_ms).with_id(call);
         let rec = rec.clone();
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {

@@ -140,11 +140,18 @@ pub async fn serve_store(ep: Endpoint, store: Arc<StoreNode>) {
             return;
         };
         let (tag, sender, req) = *payload.downcast::<Envelope>().expect("a request carries an Envelope");
+        if let Some(after_ms) = store.duplicate_after_ms(&req) {
+            let (store, req) = (store.clone(), req.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(after_ms)).await;
+                store.handle(sender, req, true).await;
+            });
+        }
         let ep = ep.clone();
         let store = store.clone();
         tokio::spawn(async move {
             // `None`: the answer is never sent (the store seam dropped it).
-            if let Some(resp) = store.handle(sender, req).await {
+            if let Some(resp) = store.handle(sender, req, false).await {
                 let _ = ep.send_to_raw(from, tag, Box::new(resp)).await;
             }
         });

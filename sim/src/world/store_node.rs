@@ -3,8 +3,9 @@
 //! Store-side faults enter here, between the network and the engine's store,
 //! never inside the engine: stalls, lost requests and replies (ambiguous
 //! commits), late replies, hung outcome writes, transaction timeouts,
-//! dropped heartbeats, hung maintenance passes, and long polls whose caller
-//! is killed while they are open.
+//! dropped heartbeats, hung maintenance passes, long polls whose caller is
+//! killed while they are open, serialization failures, requests delivered
+//! twice, and crashes of the store process itself.
 //!
 //! It is also where the harness records the store's ground truth: every
 //! request that arrived and who sent it, what became of it, what the store
@@ -19,9 +20,14 @@ use crate::history::Recorder;
 use crate::truth::{Fact, Reply, Sender};
 use leasesim::proto::{Rejection, Request, Response};
 use leasesim::store::server::StoreServer;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The longest a second delivery of a request trails the first.
+const DUPLICATE_MAX_LAG_MS: u64 = 2_000;
 
 pub struct StoreNode {
     pub server: Arc<StoreServer>,
@@ -35,6 +41,57 @@ pub struct StoreNode {
     pub max_downtime_ms: u64,
     /// A test's engine variant, serving requests in place of the store.
     pub variant: Option<Arc<dyn Variant>>,
+    /// Whether the store process is up, and the requests it holds.
+    pub crash: Crash,
+}
+
+/// The store process's life: a crash drops every request it holds (their
+/// transactions abort; what committed stays committed, as a database's
+/// durable state does) and, while it is down, every request that arrives.
+#[derive(Default)]
+pub struct Crash {
+    down: AtomicBool,
+    notify: Notify,
+    /// Requests the process holds now (arrived, not yet answered or dropped).
+    held: Mutex<BTreeSet<u64>>,
+}
+
+impl Crash {
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    fn enter(&self, req: u64) {
+        self.held.lock().expect("held").insert(req);
+    }
+
+    fn leave(&self, req: u64) {
+        self.held.lock().expect("held").remove(&req);
+    }
+
+    /// Kills the process; returns how many requests it held.
+    pub fn crash(&self) -> usize {
+        self.down.store(true, Ordering::Relaxed);
+        // Notify wakes waiters in the order they began to wait: the dropped
+        // requests are recorded in arrival order, every run.
+        self.notify.notify_waiters();
+        self.held.lock().expect("held").len()
+    }
+
+    pub fn restart(&self) {
+        self.down.store(false, Ordering::Relaxed);
+    }
+
+    /// Resolves when the process dies (only crashes are notified).
+    async fn crashed(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_down() {
+            return;
+        }
+        notified.await;
+    }
 }
 
 /// What happens to the reply once the request was applied.
@@ -49,18 +106,44 @@ enum After {
 enum Front {
     /// The harness dropped it: no answer will come.
     Dropped,
-    /// The harness answered for the store (nothing applied).
-    Refused(Response),
+    /// The harness answered for the store (nothing applied), because of
+    /// this fault (`None`: the statement timeout the request carried).
+    Refused(Response, Option<FaultKind>),
     /// The engine's store answered; the reply goes out as `After` says.
     Answered(Response, After),
 }
 
 impl StoreNode {
-    /// Serves one request. `None` means no answer is ever sent.
-    pub async fn handle(&self, from: Sender, req: Request) -> Option<Response> {
+    /// Serves one request. `None` means no answer is ever sent. A
+    /// `duplicate` is a second delivery of a request already served: it is
+    /// applied like any other, and its answer goes nowhere.
+    pub async fn handle(&self, from: Sender, req: Request, duplicate: bool) -> Option<Response> {
         let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
+        self.rec.fact(Fact::Arrived { req: id, from, request: req.clone(), duplicate });
+        if self.crash.is_down() {
+            // The store process is down: nobody takes the request.
+            self.rec.fact(Fact::Dropped { req: id });
+            return None;
+        }
+        self.crash.enter(id);
+        let served = tokio::select! {
+            biased;
+            _ = self.crash.crashed() => {
+                // The process died holding it: no answer, nothing applied
+                // that was not already committed.
+                self.rec.fact(Fact::Dropped { req: id });
+                None
+            }
+            served = self.serve(id, req, duplicate) => served,
+        };
+        self.crash.leave(id);
+        served.filter(|_| !duplicate)
+    }
+
+    /// The request's way through the store process, up to its answer
+    /// leaving (see `handle`).
+    async fn serve(&self, id: u64, req: Request, duplicate: bool) -> Option<Response> {
         let arrived_ms = self.rec.now_ms();
-        self.rec.fact(Fact::Arrived { req: id, from, request: req.clone() });
         let op = req.op_name();
         // A statement timeout runs from the moment the store has the request:
         // whatever holds it (a stall, a hang) counts, and when it strikes the
@@ -69,14 +152,14 @@ impl StoreNode {
             Request::Maintain { timeout_ms, .. } => *timeout_ms,
             _ => None,
         };
-        let front = self.front(id, arrived_ms, req);
+        let front = self.front(id, arrived_ms, req, duplicate);
         let front = match timeout_ms {
             None => front.await,
             Some(t) => tokio::select! {
                 biased;
                 front = front => front,
                 _ = tokio::time::sleep(Duration::from_millis(t)) => {
-                    Front::Refused(Response::Rejected { reason: Rejection::TimedOut })
+                    Front::Refused(Response::Rejected { reason: Rejection::TimedOut }, None)
                 }
             },
         };
@@ -85,8 +168,13 @@ impl StoreNode {
                 self.rec.fact(Fact::Dropped { req: id });
                 return None;
             }
-            Front::Refused(response) => {
-                self.rec.fact(Fact::Refused { req: id, response: response.clone() });
+            // A duplicate's refusal reaches nobody.
+            Front::Refused(_, _) if duplicate => {
+                self.rec.fact(Fact::Dropped { req: id });
+                return None;
+            }
+            Front::Refused(response, fault) => {
+                self.rec.fact(Fact::Refused { req: id, response: response.clone(), fault });
                 return Some(response);
             }
             Front::Answered(resp, after) => (resp, after),
@@ -94,7 +182,9 @@ impl StoreNode {
         match after {
             After::Send => return Some(resp),
             After::Lose => {
-                self.faults.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
+                if !duplicate {
+                    self.faults.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
+                }
                 return None;
             }
             After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
@@ -106,7 +196,7 @@ impl StoreNode {
 
     /// The faults on the way in, then the engine's store: everything up to
     /// the answer.
-    async fn front(&self, id: u64, arrived_ms: u64, req: Request) -> Front {
+    async fn front(&self, id: u64, arrived_ms: u64, req: Request, duplicate: bool) -> Front {
         let f = &self.faults;
         let op = req.op_name();
         if let Some(stall) = f.active(FaultKind::StoreStall) {
@@ -120,7 +210,8 @@ impl StoreNode {
                 return Front::Dropped;
             }
         }
-        let mut after = After::Send;
+        // A duplicate's answer has no caller: it is lost whatever happens.
+        let mut after = if duplicate { After::Lose } else { After::Send };
         if f.roll(FaultKind::MessageLoss).is_some() {
             if chance(0.5) {
                 f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
@@ -154,8 +245,17 @@ impl StoreNode {
                 let magnitude = e.magnitude_ms;
                 f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
-                return Front::Refused(Response::Rejected { reason: Rejection::Conflict });
+                return Front::Refused(Response::Rejected { reason: Rejection::Conflict }, Some(FaultKind::TxnTimeout));
             }
+        }
+        if changes_rows(&req) && f.roll(FaultKind::SerializationFailure).is_some() {
+            // A concurrent transaction touched the same rows: the database
+            // aborts this one at once and tells the caller to retry.
+            f.inject(FaultKind::SerializationFailure, format!("{op} aborted by a serialization failure"));
+            return Front::Refused(
+                Response::Rejected { reason: Rejection::Conflict },
+                Some(FaultKind::SerializationFailure),
+            );
         }
         self.stale_poll(&req, &mut after);
         if let Some(e) = f.roll(FaultKind::MessageDelay) {
@@ -169,6 +269,9 @@ impl StoreNode {
                 f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
                 after = After::Delay(delay_ms);
             }
+        }
+        if duplicate {
+            after = After::Lose;
         }
         let resp = self.apply(id, arrived_ms, req, &after).await;
         Front::Answered(resp, after)
@@ -232,6 +335,35 @@ impl StoreNode {
         response
     }
 
+    /// Should this request be delivered a second time, and after how long?
+    pub fn duplicate_after_ms(&self, req: &Request) -> Option<u64> {
+        if !may_duplicate(req) || self.faults.roll(FaultKind::DuplicateDelivery).is_none() {
+            return None;
+        }
+        let after_ms = upto(DUPLICATE_MAX_LAG_MS);
+        self.faults
+            .inject(FaultKind::DuplicateDelivery, format!("{} delivered again {after_ms} ms later", req.op_name()));
+        Some(after_ms)
+    }
+
+    /// The store process dies (see [`Crash`]).
+    pub fn crash_now(&self) {
+        if self.crash.is_down() {
+            return;
+        }
+        let held = self.crash.crash() as u64;
+        self.faults.inject(FaultKind::StoreCrash, format!("store process died holding {held} requests"));
+        self.rec.fact(Fact::StoreCrashed { held });
+    }
+
+    /// The store process is back, with what it had committed.
+    pub fn restart_now(&self) {
+        if self.crash.is_down() {
+            self.crash.restart();
+            self.rec.fact(Fact::StoreRestarted);
+        }
+    }
+
     fn kill_later(&self, proc: u32, after_ms: u64) {
         let control = self.control.clone();
         let faults = self.faults.clone();
@@ -248,6 +380,23 @@ impl StoreNode {
             }
             control.restart(proc);
         });
+    }
+}
+
+/// Requests whose transaction may change rows: any of them can abort on a
+/// serialization failure (claims, heartbeats and maintenance included).
+fn changes_rows(req: &Request) -> bool {
+    !matches!(req, Request::LeaseValid { .. } | Request::PipelineSnapshot { .. } | Request::QueryIndex { .. })
+}
+
+/// Requests a network or proxy may deliver twice. Not maintenance (one pass
+/// per session by construction), lag-bounded queries or long polls (held
+/// requests whose second copy would be a second caller).
+pub fn may_duplicate(req: &Request) -> bool {
+    match req {
+        Request::Maintain { .. } | Request::QueryIndex { .. } => false,
+        Request::Claim { wait_ms, .. } => *wait_ms == 0,
+        _ => true,
     }
 }
 
