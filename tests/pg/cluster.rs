@@ -6,9 +6,9 @@
 //! machine. Dropping the [`Cluster`] stops the server (`pg_ctl -m immediate`)
 //! and removes the directory, also when the test panics; a cluster whose
 //! test process was killed before that is removed by the next test run.
-//! `initdb` refuses to
-//! run as root: as root, every server binary runs as the unprivileged user
-//! `postgres` (which the Debian package creates) through `runuser`.
+//! `initdb` refuses to run as root: as root, every server binary runs as the
+//! unprivileged user `postgres` (which the Debian package creates) through
+//! `runuser`.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -64,7 +64,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Creates and starts a cluster; returns once it accepts connections.
+    /// Creates a cluster and starts its server; [`Cluster::connect`] waits
+    /// until it accepts connections.
     pub fn start(bindir: &Path) -> Result<Cluster, String> {
         let run_as = if current_uid()? == 0 { Some(SERVER_USER) } else { None };
         remove_stale_clusters(bindir, run_as);

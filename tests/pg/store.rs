@@ -86,6 +86,8 @@ impl PgStore {
     pub fn reset(&mut self, cfg: &EngineConfig) -> Result<(), Error> {
         const KINDS: &str =
             "INSERT INTO task_kinds (kind, lease_ttl_ms) SELECT * FROM unnest($1::text[], $2::bigint[])";
+        // DELETE, not TRUNCATE: on tables this small it is twice as fast
+        // (TRUNCATE makes new files for every table and index).
         self.client.batch_execute(
             "DELETE FROM stages; DELETE FROM tasks; DELETE FROM heartbeats; DELETE FROM materialized_indexes;
              DELETE FROM group_repair; DELETE FROM task_kinds;
