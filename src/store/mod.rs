@@ -104,6 +104,19 @@ impl Store {
         self.materialized.iter().copied()
     }
 
+    /// Last sign of life per process incarnation, in owner order. Every
+    /// incarnation the store has seen has one, so the newest incarnation of a
+    /// process is the largest one listed here.
+    pub fn heartbeats(&self) -> impl Iterator<Item = (Owner, u64)> + '_ {
+        self.heartbeats.iter().map(|(&owner, &last_ms)| (owner, last_ms))
+    }
+
+    /// Group repair schedule, in group order: (group, consecutive misses,
+    /// store time of the next look).
+    pub fn repair_schedule(&self) -> impl Iterator<Item = (GroupId, u32, u64)> + '_ {
+        self.repair.iter().map(|(&group, state)| (group, state.misses, state.next_at_ms))
+    }
+
     /// The earliest store time after `now_ms` at which a ready task becomes due.
     pub fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
         self.tasks

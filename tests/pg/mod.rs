@@ -1,0 +1,53 @@
+//! PostgreSQL as a second implementation of the store: a throwaway cluster
+//! ([`cluster`]), every store request as SQL ([`store`]), and the rows both
+//! implementations are compared on ([`Rows`]).
+
+pub mod cluster;
+pub mod store;
+
+use leasesim::ids::{GroupId, IndexId, Owner, StageRef};
+use leasesim::store::{StageRow, Store};
+use leasesim::task::Task;
+use std::fmt::Debug;
+
+/// Everything the store keeps, table by table, in key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rows {
+    pub tasks: Vec<Task>,
+    pub stages: Vec<(StageRef, StageRow)>,
+    pub materialized: Vec<IndexId>,
+    /// Last sign of life per incarnation. The model's newest incarnation per
+    /// process is not a table of its own: it is the largest incarnation here.
+    pub heartbeats: Vec<(Owner, u64)>,
+    /// (group, misses, next_at_ms) of group repair.
+    pub repair: Vec<(GroupId, u32, u64)>,
+}
+
+impl Rows {
+    pub fn of_model(store: &Store) -> Rows {
+        Rows {
+            tasks: store.tasks().cloned().collect(),
+            stages: store.stages().map(|(stage, row)| (*stage, row.clone())).collect(),
+            materialized: store.materialized().collect(),
+            heartbeats: store.heartbeats().collect(),
+            repair: store.repair_schedule().collect(),
+        }
+    }
+
+    /// The first row in which PostgreSQL (`pg`) differs from the model (`self`).
+    pub fn difference(&self, pg: &Rows) -> Option<String> {
+        first_difference("tasks", &self.tasks, &pg.tasks)
+            .or_else(|| first_difference("stages", &self.stages, &pg.stages))
+            .or_else(|| first_difference("materialized_indexes", &self.materialized, &pg.materialized))
+            .or_else(|| first_difference("heartbeats", &self.heartbeats, &pg.heartbeats))
+            .or_else(|| first_difference("group_repair", &self.repair, &pg.repair))
+    }
+}
+
+fn first_difference<T: PartialEq + Debug>(table: &str, model: &[T], pg: &[T]) -> Option<String> {
+    if model == pg {
+        return None;
+    }
+    let i = model.iter().zip(pg).take_while(|(m, p)| m == p).count();
+    Some(format!("{table}, row {i}:\n  model:      {:?}\n  PostgreSQL: {:?}", model.get(i), pg.get(i)))
+}
