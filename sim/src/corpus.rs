@@ -122,6 +122,24 @@ impl Entry {
         })
     }
 
+    /// The entry that replays the run `spec` exactly and expects `expect`,
+    /// pinned from the start: its fault plan written out and its world
+    /// inline, as [`Entry::pinned`] would make it. This is how every failure
+    /// is saved (`fuzz --save`, the fuzz test, the Rust API).
+    pub fn of_run(spec: &RunSpec, expect: &str, comment: String) -> Entry {
+        Entry {
+            comment,
+            scenario: spec.scenario_arg.clone(),
+            seed: spec.seed,
+            defects: spec.defects.0.iter().copied().collect(),
+            faults: FaultsMode::Explicit,
+            expect: expect.to_string(),
+            trace_hash: None,
+            plan: spec.fault_plan().events,
+            world: Some((*spec.scenario).clone()),
+        }
+    }
+
     /// The grouping key of a failure: the same bug found again has the same one.
     pub fn signature(&self) -> (String, String, Vec<Defect>) {
         (self.scenario.clone(), self.expect.clone(), self.defects.clone())
@@ -193,6 +211,23 @@ pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String
     }
     let _ = std::fs::remove_file(&tmp);
     result
+}
+
+/// Saves `entry` as [`save_new`] does, unless `dir` already holds exactly
+/// this entry under `stem` (`stem.toml`, `stem-2.toml`, ...): then it
+/// answers that file. A test that saves its failures can run again and
+/// again without piling up copies; nothing is ever overwritten.
+pub fn save_once(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
+    let text = entry.to_toml();
+    for n in 1..1000 {
+        let name = if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") };
+        match std::fs::read_to_string(dir.join(&name)) {
+            Ok(existing) if existing == text => return Ok(dir.join(name)),
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    save_new(dir, stem, entry)
 }
 
 /// A file-name stem for an entry: scenario, expectation, defects, seed.

@@ -20,6 +20,19 @@ pub struct Target {
     pub scenario: Arc<Scenario>,
 }
 
+impl Target {
+    /// A built-in scenario by name, or a scenario file by path.
+    pub fn resolve(name_or_path: &str) -> Result<Target, String> {
+        let loaded = crate::scenario::resolve(name_or_path)?;
+        Ok(Target { arg: name_or_path.to_string(), scenario: Arc::new(loaded.scenario) })
+    }
+}
+
+/// Seeds run at once unless told otherwise: one per core.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 /// The seeds a campaign runs: `start..end` (unbounded without an end),
 /// keeping only those of shard `shard_k` of `shard_n` (seed % n == k - 1), so
 /// that n machines with the same range cover each seed exactly once.
