@@ -1,6 +1,6 @@
 //! `leasesim bench`: throughput and time-to-find, measured in one run.
 
-use super::fuzz::{default_jobs, targets};
+use super::common::{jobs, targets};
 use crate::bench;
 use clap::Args;
 use leasesim::defects::Defect;
@@ -56,42 +56,46 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<i32, String> {
-    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let jobs = jobs(args.jobs);
     if jobs == 0 || args.seeds == 0 || args.repeats == 0 || args.starts == 0 || args.cap == 0 {
         return Err("--jobs, --seeds, --repeats, --starts and --cap must be at least 1".into());
     }
-    if args.what == "throughput" {
-        let target = targets(&args.scenario)?.remove(0);
-        let one = bench::throughput(&target, args.seeds, args.repeats, 1);
-        let many = bench::throughput(&target, args.seeds, args.repeats, jobs);
-        if args.json {
-            println!("{}", serde_json::to_string(&one).expect("serializes"));
-            println!("{}", serde_json::to_string(&many).expect("serializes"));
-        } else {
-            for t in [&one, &many] {
-                let runs: Vec<String> = t.seeds_per_second.iter().map(|r| format!("{r:.0}")).collect();
-                println!(
-                    "{}: {} jobs, {} seeds x {} repeats: median {:.1} seeds/s, {:.0} events/s (runs: {})",
-                    t.scenario,
-                    t.jobs,
-                    t.seeds,
-                    t.repeats,
-                    t.median_seeds_per_second,
-                    t.median_events_per_second,
-                    runs.join(", ")
-                );
-            }
-            println!(
-                "speed-up {} jobs / 1 job: {:.2}x",
-                jobs,
-                many.median_seeds_per_second / one.median_seeds_per_second
-            );
-        }
+    match args.what.as_str() {
+        "throughput" => throughput(&args, jobs),
+        "coverage" => coverage(&args, jobs),
+        _ => find(&args, jobs),
+    }
+}
+
+/// Seeds/s at 1 job and at `jobs` jobs.
+fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    let target = targets(&args.scenario)?.remove(0);
+    let one = bench::throughput(&target, args.seeds, args.repeats, 1);
+    let many = bench::throughput(&target, args.seeds, args.repeats, jobs);
+    if args.json {
+        println!("{}", serde_json::to_string(&one).expect("serializes"));
+        println!("{}", serde_json::to_string(&many).expect("serializes"));
         return Ok(0);
     }
-    if args.what == "coverage" {
-        return coverage(&args, jobs);
+    for t in [&one, &many] {
+        let runs: Vec<String> = t.seeds_per_second.iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{}: {} jobs, {} seeds x {} repeats: median {:.1} seeds/s, {:.0} events/s (runs: {})",
+            t.scenario,
+            t.jobs,
+            t.seeds,
+            t.repeats,
+            t.median_seeds_per_second,
+            t.median_events_per_second,
+            runs.join(", ")
+        );
     }
+    println!("speed-up {} jobs / 1 job: {:.2}x", jobs, many.median_seeds_per_second / one.median_seeds_per_second);
+    Ok(0)
+}
+
+/// Seeds needed to find each defect, as a table (or JSON lines).
+fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     let defects: Vec<Defect> =
         if args.defects.defects.is_empty() { Defect::ALL.to_vec() } else { args.defects.defects.clone() };
     let modes: &[bench::Mode] =

@@ -1,7 +1,13 @@
-//! Flags shared by several verbs.
+//! What several verbs share: flags, how they are read, and how a run is
+//! shown. Verbs import from here, never from each other.
 
+use crate::fuzz::Target;
+use crate::outcome::Outcome;
+use crate::runner::{self, PlanSource, RunError, RunSpec};
+use crate::scenario;
 use clap::Args;
 use leasesim::defects::{Defect, Defects};
+use std::path::Path;
 
 #[derive(Args, Debug, Clone)]
 pub struct DefectArgs {
@@ -60,4 +66,126 @@ impl PictureArgs {
         }
         Ok(written)
     }
+}
+
+/// `--faults`: where a seed's fault plan comes from (`run` and `fuzz`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultsArg {
+    Swarm,
+    None,
+}
+
+impl FaultsArg {
+    pub fn plan(self) -> PlanSource {
+        match self {
+            FaultsArg::Swarm => PlanSource::Swarm,
+            FaultsArg::None => PlanSource::None,
+        }
+    }
+}
+
+/// `--scenario`: a built-in name, a TOML path, or `all` (every built-in).
+pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
+    let names = if arg == "all" { scenario::builtin_names() } else { vec![arg.to_string()] };
+    names.iter().map(|name| Target::resolve(name)).collect()
+}
+
+/// `--jobs`, defaulting to one per core.
+pub fn jobs(arg: Option<usize>) -> usize {
+    arg.unwrap_or_else(crate::fuzz::default_jobs)
+}
+
+/// The fault plan a run plays, one event a line.
+pub fn print_plan(plan: &crate::faults::FaultPlan) {
+    if plan.events.is_empty() {
+        println!("fault plan: none");
+        return;
+    }
+    println!("fault plan: {} events ({} kinds)", plan.events.len(), plan.kinds().len());
+    for e in &plan.events {
+        println!("  {}", e.describe());
+    }
+}
+
+/// One run's outcome, as `run` and `replay` print it.
+pub fn print_outcome(o: &Outcome) {
+    println!("trace_hash: {}", o.trace_hash);
+    println!("events: {}  sim_seconds: {:.1}", o.events, o.sim_seconds);
+    let tasks: Vec<String> = o.tasks.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "tasks: {}  leftover leases: {}  leftover permits: {}",
+        tasks.join(" "),
+        o.leftover_leases,
+        o.leftover_permits
+    );
+    let injected: Vec<String> =
+        o.fault_counts.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
+    if !injected.is_empty() {
+        println!("faults injected: {}", injected.join(" "));
+    }
+    let idle: Vec<&str> = o.checks.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.as_str()).collect();
+    if !idle.is_empty() {
+        println!("never evaluated (nothing in this run for them to judge): {}", idle.join(" "));
+    }
+    if o.violations.is_empty() {
+        println!("violations: none");
+    } else {
+        println!("violations: {}", o.violations.len());
+        for v in &o.violations {
+            let mut who = Vec::new();
+            if let Some(t) = v.task {
+                who.push(format!("task {t}"));
+            }
+            if let Some(a) = v.attempt {
+                who.push(format!("attempt {a}"));
+            }
+            if let Some(p) = &v.process {
+                who.push(format!("process {p}"));
+            }
+            println!("  [{}] at {} ms ({}): {}", v.invariant, v.at_ms, who.join(", "), v.message);
+        }
+        println!("replay: {}", o.replay);
+    }
+}
+
+/// `--history FILE`: every record of the run, one JSON object a line.
+pub fn write_history(path: &std::path::Path, history: &[crate::history::Record]) -> Result<(), String> {
+    use std::io::Write;
+    let file = std::fs::File::create(path).map_err(|e| format!("--history {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for rec in history {
+        let line = serde_json::to_string(rec).expect("records serialize");
+        writeln!(out, "{line}").map_err(|e| format!("--history {}: {e}", path.display()))?;
+    }
+    out.flush().map_err(|e| format!("--history {}: {e}", path.display()))
+}
+
+/// Where a picture beats text: point a failing run at its timeline.
+pub fn print_pictures(outcome: &Outcome, written: &[String]) {
+    for line in written {
+        println!("{line}");
+    }
+    if !outcome.violations.is_empty() && written.is_empty() {
+        println!("to see it: {} --svg run.svg --trace run.json", outcome.replay);
+    }
+}
+
+/// Runs `spec`'s world once, writes the history (`--history`) and the
+/// pictures asked for, and judges it. `title` names the pictures.
+pub fn run_and_show(
+    spec: &RunSpec,
+    history: Option<&Path>,
+    pictures: &PictureArgs,
+    title: impl FnOnce(&Outcome) -> String,
+) -> Result<Result<(Outcome, Vec<String>), RunError>, String> {
+    let result = match runner::run_world(spec, runner::DEFAULT_WATCHDOG) {
+        Ok(result) => result,
+        Err(e) => return Ok(Err(e)),
+    };
+    if let Some(path) = history {
+        write_history(path, &result.history)?;
+    }
+    let outcome = runner::judge(spec, &result);
+    let written = pictures.write(&result.history, &outcome.violations, &title(&outcome))?;
+    Ok(Ok((outcome, written)))
 }

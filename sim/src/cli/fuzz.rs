@@ -1,12 +1,11 @@
 //! `leasesim fuzz`: many seeds, in parallel; optionally for a wall-clock
 //! budget, on one shard of the seed space, saving each new failure.
 
-use super::run::FaultsArg;
-use crate::corpus::{self, Entry, FaultsMode};
-use crate::fuzz::{self, Campaign, Failure, Progress, SeedSpace, Summary, Target};
+use super::common::{jobs, targets, FaultsArg};
+use crate::corpus::{self, Entry};
+use crate::fuzz::{self, Campaign, Failure, Progress, SeedSpace, Summary};
 use crate::guided;
-use crate::runner::{self, PlanSource, RunSpec};
-use crate::scenario;
+use crate::runner::{self, RunSpec};
 use clap::Args;
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
@@ -92,21 +91,6 @@ pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((k, n))
 }
 
-pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
-    let names = if arg == "all" { scenario::builtin_names() } else { vec![arg.to_string()] };
-    names
-        .into_iter()
-        .map(|name| {
-            let loaded = scenario::resolve(&name)?;
-            Ok(Target { arg: name, scenario: Arc::new(loaded.scenario) })
-        })
-        .collect()
-}
-
-pub fn default_jobs() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-}
-
 /// Saves failures as corpus entries as they are found, one per signature.
 struct Saver {
     dir: PathBuf,
@@ -134,28 +118,12 @@ impl Saver {
     /// Saves `f`, the failure of the run `spec`, unless its signature is
     /// already saved.
     fn offer(&mut self, f: &Failure, spec: &RunSpec) -> Result<Option<PathBuf>, String> {
-        let (faults, plan) = match &spec.plan {
-            PlanSource::Swarm => (FaultsMode::Swarm, Vec::new()),
-            PlanSource::None => (FaultsMode::None, Vec::new()),
-            PlanSource::Explicit(plan) => (FaultsMode::Explicit, plan.events.clone()),
-        };
-        let entry = Entry {
-            comment: format!("found by `{}`: {}", self.command, f.message),
-            scenario: spec.scenario_arg.clone(),
-            seed: f.seed,
-            defects: spec.defects.0.iter().copied().collect(),
-            faults,
-            expect: f.invariant.clone(),
-            trace_hash: None,
-            plan,
-            world: None,
-        };
+        // Saved with its plan and world written out, so it replays the same
+        // whatever later happens to the fault generator or the scenario.
+        let entry = Entry::of_run(spec, &f.invariant, format!("found by `{}`: {}", self.command, f.message));
         if !self.seen.insert(entry.signature()) {
             return Ok(None);
         }
-        // Saved with its plan and world written out, so it replays the same
-        // whatever later happens to the fault generator or the scenario.
-        let entry = entry.pinned(&self.dir)?;
         let path = corpus::save_new(&self.dir, &corpus::stem(&entry), &entry)?;
         self.saved.push(path.clone());
         Ok(Some(path))
@@ -180,17 +148,7 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     } else {
         println!("{header}");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C ends the process at once.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-            eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
-        });
-    }
+    let stop = stop_on_ctrl_c();
     let mut reporter = Reporter {
         bar: progress_bar(&campaign, args.json),
         json: args.json,
@@ -207,22 +165,25 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     } else {
         fuzz::run(&campaign, &stop, |p| reporter.progress(p))
     };
-    if let Some(bar) = &reporter.bar {
-        bar.finish_and_clear();
+    reporter.finish(&summary);
+    match reporter.save_error {
+        Some(e) => Err(e),
+        None => Ok(exit_code(&summary)),
     }
-    print_coverage(&summary);
-    if args.json {
-        println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
-    } else {
-        print_summary(&summary);
-        if let Some(saver) = &reporter.saver {
-            println!("saved {} new corpus entries in {}", saver.saved.len(), saver.dir.display());
+}
+
+/// The flag Ctrl-C raises: the campaign stops taking seeds. A second
+/// Ctrl-C ends the process at once.
+fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
         }
-    }
-    if let Some(e) = reporter.save_error {
-        return Err(e);
-    }
-    Ok(exit_code(&summary))
+        eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
+    });
+    stop
 }
 
 /// The campaign the flags describe.
@@ -248,11 +209,8 @@ fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
         targets: targets(&args.scenario)?,
         seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
         deadline: args.time.map(|t| Instant::now() + t),
-        jobs: args.jobs.unwrap_or_else(default_jobs),
-        plan: match args.faults {
-            FaultsArg::Swarm => PlanSource::Swarm,
-            FaultsArg::None => PlanSource::None,
-        },
+        jobs: jobs(args.jobs),
+        plan: args.faults.plan(),
         watchdog: runner::DEFAULT_WATCHDOG,
         defects: args.defects.set(),
         sabotage: None,
@@ -328,6 +286,23 @@ impl Reporter<'_> {
                 None => String::new(),
             };
             bar.set_message(format!("{rate:.0} seeds/s, {} failures{left}", p.failures));
+        }
+    }
+
+    /// The end of the campaign: the bar cleared, the coverage table, the
+    /// summary (text or JSON) and what was saved.
+    fn finish(&self, summary: &Summary) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        print_coverage(summary);
+        if self.json {
+            println!("{}", serde_json::to_string(summary).expect("summary serializes"));
+        } else {
+            print_summary(summary);
+            if let Some(saver) = &self.saver {
+                println!("saved {} new corpus entries in {}", saver.saved.len(), saver.dir.display());
+            }
         }
     }
 }

@@ -1,7 +1,11 @@
-//! The command line: `run`, `list` (and the verbs later issues add).
+//! The command line: the verbs `run`, `fuzz`, `replay`, `shrink`, `bench`
+//! and `list`, one module each. Verbs never import each other: what several
+//! share (flags, how a run is shown) is in `common`.
 //!
-//! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang),
-//! 2 bad input (a flag, a file, a name). Errors are one line, naming the input.
+//! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang, a
+//! resource limit), 2 bad input (a flag, a file, a name), 3 (`fuzz` only) no
+//! seed failed but a scenario never reached a coverage point it requires.
+//! Errors are one line, naming the input.
 
 mod bench;
 mod common;

@@ -1,9 +1,8 @@
 //! `leasesim replay FILE`: replay one corpus entry exactly and say whether
 //! it still does what it was saved for.
 
-use super::run::{print_plan, print_summary};
+use super::common::{print_outcome, print_pictures, print_plan, run_and_show};
 use crate::corpus::Entry;
-use crate::runner::{self};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -36,17 +35,9 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
         );
         print_plan(&spec.fault_plan());
     }
-    let pictures;
-    let outcome = match runner::run_world(&spec, runner::DEFAULT_WATCHDOG) {
-        Ok(result) => {
-            if let Some(path) = &args.history {
-                super::run::write_history(path, &result.history)?;
-            }
-            let outcome = runner::judge(&spec, &result);
-            let title = format!("{} seed {} ({})", outcome.scenario, outcome.seed, args.file.display());
-            pictures = args.pictures.write(&result.history, &outcome.violations, &title)?;
-            outcome
-        }
+    let title = |o: &crate::outcome::Outcome| format!("{} seed {} ({})", o.scenario, o.seed, args.file.display());
+    let (outcome, pictures) = match run_and_show(&spec, args.history.as_deref(), &args.pictures, title)? {
+        Ok(shown) => shown,
         Err(e) => {
             let holds = e.kind() == entry.expect;
             println!("seed {} did not finish: {e}", entry.seed);
@@ -57,8 +48,8 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
     if args.json {
         println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
     } else {
-        print_summary(&outcome);
-        super::run::print_pictures(&outcome, &pictures);
+        print_outcome(&outcome);
+        print_pictures(&outcome, &pictures);
     }
     match entry.verify(&outcome) {
         Ok(()) => {

@@ -1,7 +1,7 @@
 //! `leasesim run`: one seed, one scenario.
 
-use crate::outcome::Outcome;
-use crate::runner::{self, PlanSource, RunSpec};
+use super::common::{print_outcome, print_pictures, print_plan, run_and_show, FaultsArg};
+use crate::runner::{self, RunSpec};
 use crate::scenario;
 use clap::Args;
 use std::sync::Arc;
@@ -39,20 +39,10 @@ pub struct RunArgs {
     pub defects: super::common::DefectArgs,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultsArg {
-    Swarm,
-    None,
-}
-
 pub fn run(args: RunArgs) -> Result<i32, String> {
     let loaded = scenario::resolve(&args.scenario)?;
-    let plan = match args.faults {
-        FaultsArg::Swarm => PlanSource::Swarm,
-        FaultsArg::None => PlanSource::None,
-    };
     let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
-        .with_plan(plan)
+        .with_plan(args.faults.plan())
         .with_defects(args.defects.set());
     spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {
@@ -63,17 +53,9 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
     if args.check_determinism {
         return check_determinism(&spec);
     }
-    let pictures;
-    let outcome = match runner::run_world(&spec, runner::DEFAULT_WATCHDOG) {
-        Ok(result) => {
-            if let Some(path) = &args.history {
-                write_history(path, &result.history)?;
-            }
-            let outcome = runner::judge(&spec, &result);
-            let title = format!("{} seed {}", outcome.scenario, outcome.seed);
-            pictures = args.pictures.write(&result.history, &outcome.violations, &title)?;
-            outcome
-        }
+    let title = |o: &crate::outcome::Outcome| format!("{} seed {}", o.scenario, o.seed);
+    let (outcome, pictures) = match run_and_show(&spec, args.history.as_deref(), &args.pictures, title)? {
+        Ok(shown) => shown,
         Err(e) => {
             eprintln!("seed {} failed: {e}", args.seed);
             eprintln!("replay: {}", spec.replay_command());
@@ -83,7 +65,7 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
     if args.json {
         println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
     } else {
-        print_summary(&outcome);
+        print_outcome(&outcome);
         print_pictures(&outcome, &pictures);
     }
     Ok(if outcome.violations.is_empty() { 0 } else { 1 })
@@ -105,68 +87,6 @@ fn print_options(spec: &RunSpec, path: &std::path::Path) {
         "  workload: {} index builds, {} authz, {} jobs, {} pipelines x {} stages, {} workflow runs",
         w.index_builds, w.authz_materializations, w.jobs, w.pipelines, w.stages_per_pipeline, w.workflow_runs
     );
-}
-
-pub fn print_plan(plan: &crate::faults::FaultPlan) {
-    if plan.events.is_empty() {
-        println!("fault plan: none");
-        return;
-    }
-    println!("fault plan: {} events ({} kinds)", plan.events.len(), plan.kinds().len());
-    for e in &plan.events {
-        println!("  {}", e.describe());
-    }
-}
-
-pub fn print_summary(o: &Outcome) {
-    println!("trace_hash: {}", o.trace_hash);
-    println!("events: {}  sim_seconds: {:.1}", o.events, o.sim_seconds);
-    let tasks: Vec<String> = o.tasks.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    println!(
-        "tasks: {}  leftover leases: {}  leftover permits: {}",
-        tasks.join(" "),
-        o.leftover_leases,
-        o.leftover_permits
-    );
-    let injected: Vec<String> =
-        o.fault_counts.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
-    if !injected.is_empty() {
-        println!("faults injected: {}", injected.join(" "));
-    }
-    let idle: Vec<&str> = o.checks.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.as_str()).collect();
-    if !idle.is_empty() {
-        println!("never evaluated (nothing in this run for them to judge): {}", idle.join(" "));
-    }
-    if o.violations.is_empty() {
-        println!("violations: none");
-    } else {
-        println!("violations: {}", o.violations.len());
-        for v in &o.violations {
-            let mut who = Vec::new();
-            if let Some(t) = v.task {
-                who.push(format!("task {t}"));
-            }
-            if let Some(a) = v.attempt {
-                who.push(format!("attempt {a}"));
-            }
-            if let Some(p) = &v.process {
-                who.push(format!("process {p}"));
-            }
-            println!("  [{}] at {} ms ({}): {}", v.invariant, v.at_ms, who.join(", "), v.message);
-        }
-        println!("replay: {}", o.replay);
-    }
-}
-
-pub fn write_history(path: &std::path::Path, history: &[crate::history::Record]) -> Result<(), String> {
-    use std::io::Write;
-    let file = std::fs::File::create(path).map_err(|e| format!("--history {}: {e}", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    for rec in history {
-        let line = serde_json::to_string(rec).expect("records serialize");
-        writeln!(out, "{line}").map_err(|e| format!("--history {}: {e}", path.display()))?;
-    }
-    out.flush().map_err(|e| format!("--history {}: {e}", path.display()))
 }
 
 fn check_determinism(spec: &RunSpec) -> Result<i32, String> {
@@ -191,15 +111,5 @@ fn check_determinism(spec: &RunSpec) -> Result<i32, String> {
             println!("deterministic: two runs agree record for record; madsim's check agrees; trace_hash {hash:016x}");
             Ok(0)
         }
-    }
-}
-
-/// Where a picture beats text: point a failing run at its timeline.
-pub fn print_pictures(outcome: &Outcome, written: &[String]) {
-    for line in written {
-        println!("{line}");
-    }
-    if !outcome.violations.is_empty() && written.is_empty() {
-        println!("to see it: {} --svg run.svg --trace run.json", outcome.replay);
     }
 }
