@@ -86,6 +86,27 @@ fn color(span: &Span) -> &'static str {
     }
 }
 
+/// Where an instant event goes: its process and thread, and its scope
+/// (`g` global, `p` process, `t` thread).
+#[derive(Clone, Copy)]
+struct Track {
+    pid: u64,
+    tid: u64,
+    scope: &'static str,
+}
+
+impl Track {
+    /// The world's fault thread, or across the whole trace (`g`).
+    fn world(scope: &'static str) -> Track {
+        Track { pid: WORLD, tid: 1, scope }
+    }
+
+    /// A worker's lifecycle thread.
+    fn lifecycle(proc: ProcId) -> Track {
+        Track { pid: worker_pid(proc), tid: LIFECYCLE, scope: "p" }
+    }
+}
+
 struct Out {
     events: Vec<Value>,
     meta: Vec<Value>,
@@ -109,8 +130,8 @@ impl Out {
             .push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}));
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn instant(&mut self, pid: u64, tid: u64, scope: &str, at_ms: u64, name: &str, cat: &str, args: Value) {
+    fn instant(&mut self, at: Track, at_ms: u64, name: &str, cat: &str, args: Value) {
+        let Track { pid, tid, scope } = at;
         self.events.push(json!({
             "name": name, "cat": cat, "ph": "i", "s": scope, "ts": us(at_ms), "pid": pid, "tid": tid, "args": args,
         }));
@@ -221,39 +242,39 @@ fn marks(tl: &Timeline, out: &mut Out) {
         let at = m.at_ms;
         match &m.kind {
             MarkKind::Fault { kind, detail } => {
-                out.instant(WORLD, 1, "p", at, kind, "fault", json!({"kind": kind, "detail": detail}));
+                out.instant(Track::world("p"), at, kind, "fault", json!({"kind": kind, "detail": detail}));
             }
             MarkKind::Up(owner) => {
                 let args = json!({"owner": owner.to_string()});
-                out.instant(worker_pid(owner.proc), LIFECYCLE, "p", at, &format!("up {owner}"), "process", args);
+                out.instant(Track::lifecycle(owner.proc), at, &format!("up {owner}"), "process", args);
             }
             MarkKind::Killed(owner) => {
                 let args = json!({"owner": owner.to_string()});
-                out.instant(worker_pid(owner.proc), LIFECYCLE, "p", at, &format!("killed {owner}"), "process", args);
+                out.instant(Track::lifecycle(owner.proc), at, &format!("killed {owner}"), "process", args);
             }
             MarkKind::Paused(proc) => {
                 let args = json!({"proc": format!("p{proc}")});
-                out.instant(worker_pid(*proc), LIFECYCLE, "p", at, &format!("paused p{proc}"), "process", args);
+                out.instant(Track::lifecycle(*proc), at, &format!("paused p{proc}"), "process", args);
             }
             MarkKind::Resumed(proc) => {
                 let args = json!({"proc": format!("p{proc}")});
-                out.instant(worker_pid(*proc), LIFECYCLE, "p", at, &format!("resumed p{proc}"), "process", args);
+                out.instant(Track::lifecycle(*proc), at, &format!("resumed p{proc}"), "process", args);
             }
             MarkKind::ClockOffset { proc, offset_ms } => {
                 let args = json!({"proc": format!("p{proc}"), "offset_ms": offset_ms});
                 let name = format!("clock offset {offset_ms:+} ms");
-                out.instant(worker_pid(*proc), LIFECYCLE, "p", at, &name, "process", args);
+                out.instant(Track::lifecycle(*proc), at, &name, "process", args);
             }
-            MarkKind::Heal => out.instant(WORLD, 1, "g", at, "heal", "phase", json!({"at_ms": at})),
-            MarkKind::End => out.instant(WORLD, 1, "g", at, "end", "phase", json!({"at_ms": at})),
+            MarkKind::Heal => out.instant(Track::world("g"), at, "heal", "phase", json!({"at_ms": at})),
+            MarkKind::End => out.instant(Track::world("g"), at, "end", "phase", json!({"at_ms": at})),
             MarkKind::Store { what, task, detail } => {
                 let args = json!({"task": task, "detail": detail});
-                out.instant(STORE, 1, "t", at, what.name(), "store", args);
+                out.instant(Track { pid: STORE, tid: 1, scope: "t" }, at, what.name(), "store", args);
             }
             MarkKind::Query { index, materialized } => {
                 let args = json!({"index": index, "materialized": materialized});
                 let name = if *materialized { "query: materialized" } else { "query: not materialized" };
-                out.instant(CLIENT, 1, "t", at, name, "client", args);
+                out.instant(Track { pid: CLIENT, tid: 1, scope: "t" }, at, name, "client", args);
             }
         }
     }

@@ -16,7 +16,9 @@ use crate::check::Violation;
 use crate::history::{Entry, Record, WorldEvent};
 use leasesim::config::MaintenanceKind;
 use leasesim::event::{Event, WriteKind};
-use leasesim::ids::{Fence, IndexId, Owner, ProcId, TaskId};
+use leasesim::handler::TaskError;
+use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, TaskId};
+use leasesim::proto::Rejection;
 use leasesim::task::TaskKind;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -200,6 +202,20 @@ struct OpenWrite {
     error: Option<String>,
 }
 
+/// A span of one incarnation, as `Builder::span` takes it.
+struct NewSpan {
+    kind: SpanKind,
+    owner: Owner,
+    /// The task and attempt, for spans of an attempt.
+    fence: Option<(TaskId, u32)>,
+    name: String,
+    start_ms: u64,
+    end_ms: u64,
+    cut: Cut,
+    ended_by: String,
+    args: Map<String, Value>,
+}
+
 #[derive(Default)]
 struct Builder {
     tl: Timeline,
@@ -229,30 +245,19 @@ impl Builder {
         self.mark(at_ms, MarkKind::Store { what, task, detail });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn span(
-        &mut self,
-        kind: SpanKind,
-        owner: Owner,
-        fence: Option<(TaskId, u32)>,
-        name: String,
-        (start_ms, end_ms): (u64, u64),
-        cut: Cut,
-        ended_by: String,
-        args: Map<String, Value>,
-    ) {
+    fn span(&mut self, s: NewSpan) {
         self.tl.spans.push(Span {
-            kind,
-            proc: owner.proc,
-            owner: Some(owner),
-            task: fence.map(|f| f.0),
-            attempt: fence.map(|f| f.1),
-            start_ms,
-            end_ms: end_ms.max(start_ms),
-            name,
-            cut,
-            ended_by,
-            args,
+            kind: s.kind,
+            proc: s.owner.proc,
+            owner: Some(s.owner),
+            task: s.fence.map(|f| f.0),
+            attempt: s.fence.map(|f| f.1),
+            start_ms: s.start_ms,
+            end_ms: s.end_ms.max(s.start_ms),
+            name: s.name,
+            cut: s.cut,
+            ended_by: s.ended_by,
+            args: s.args,
         });
     }
 
@@ -267,16 +272,17 @@ impl Builder {
         args.insert("renewals".into(), json!(l.renewals));
         args.insert("ended_by".into(), json!(ended_by));
         let f = l.fence;
-        self.span(
-            SpanKind::Lease,
-            f.owner,
-            Some((f.task, f.attempt)),
-            format!("lease {}", tag(&f)),
-            (l.start_ms, now),
+        self.span(NewSpan {
+            kind: SpanKind::Lease,
+            owner: f.owner,
+            fence: Some((f.task, f.attempt)),
+            name: format!("lease {}", tag(&f)),
+            start_ms: l.start_ms,
+            end_ms: now,
             cut,
             ended_by,
             args,
-        );
+        });
     }
 
     fn close_permit(&mut self, key: (Owner, TaskId, u32), now: u64, cut: Cut, ended_by: &str) {
@@ -287,16 +293,17 @@ impl Builder {
         args.insert("attempt".into(), json!(attempt));
         args.insert("owner".into(), json!(owner.to_string()));
         args.insert("ended_by".into(), json!(ended_by));
-        self.span(
-            SpanKind::Permit,
+        self.span(NewSpan {
+            kind: SpanKind::Permit,
             owner,
-            Some((task, attempt)),
-            format!("permit t{task}#{attempt}"),
-            (start, now),
+            fence: Some((task, attempt)),
+            name: format!("permit t{task}#{attempt}"),
+            start_ms: start,
+            end_ms: now,
             cut,
-            ended_by.to_string(),
+            ended_by: ended_by.to_string(),
             args,
-        );
+        });
     }
 
     fn close_exec(&mut self, fence: Fence, now: u64, cut: Cut, ended_by: String) {
@@ -309,16 +316,17 @@ impl Builder {
             args.insert("kind".into(), json!(kind.name()));
         }
         args.insert("ended_by".into(), json!(ended_by));
-        self.span(
-            SpanKind::Execution,
-            fence.owner,
-            Some((fence.task, fence.attempt)),
-            format!("exec {}", tag(&fence)),
-            (start, now),
+        self.span(NewSpan {
+            kind: SpanKind::Execution,
+            owner: fence.owner,
+            fence: Some((fence.task, fence.attempt)),
+            name: format!("exec {}", tag(&fence)),
+            start_ms: start,
+            end_ms: now,
             cut,
             ended_by,
             args,
-        );
+        });
     }
 
     fn close_write(&mut self, fence: Fence, now: u64, cut: Cut, ended_by: String) {
@@ -333,16 +341,17 @@ impl Builder {
         };
         args.insert("outcome".into(), json!(outcome));
         args.insert("ended_by".into(), json!(ended_by));
-        self.span(
-            SpanKind::Write,
-            fence.owner,
-            Some((fence.task, fence.attempt)),
-            format!("write {}", tag(&fence)),
-            (w.start_ms, now),
+        self.span(NewSpan {
+            kind: SpanKind::Write,
+            owner: fence.owner,
+            fence: Some((fence.task, fence.attempt)),
+            name: format!("write {}", tag(&fence)),
+            start_ms: w.start_ms,
+            end_ms: now,
             cut,
             ended_by,
             args,
-        );
+        });
     }
 
     fn close_pass(&mut self, key: (Owner, MaintenanceKind, u64), now: u64, cut: Cut, ended_by: &str) {
@@ -353,16 +362,17 @@ impl Builder {
         args.insert("kind".into(), json!(kind.name()));
         args.insert("pass".into(), json!(pass));
         args.insert("ended_by".into(), json!(ended_by));
-        self.span(
-            SpanKind::Maintenance(kind),
+        self.span(NewSpan {
+            kind: SpanKind::Maintenance(kind),
             owner,
-            None,
-            format!("maintenance {}", kind.name()),
-            (start, now),
+            fence: None,
+            name: format!("maintenance {}", kind.name()),
+            start_ms: start,
+            end_ms: now,
             cut,
-            ended_by.to_string(),
+            ended_by: ended_by.to_string(),
             args,
-        );
+        });
     }
 
     fn close_alive(&mut self, proc: ProcId, now: u64, cut: Cut, ended_by: &str) {
@@ -370,7 +380,17 @@ impl Builder {
         let mut args = Map::new();
         args.insert("owner".into(), json!(owner.to_string()));
         args.insert("ended_by".into(), json!(ended_by));
-        self.span(SpanKind::Alive, owner, None, format!("{owner}"), (start, now), cut, ended_by.to_string(), args);
+        self.span(NewSpan {
+            kind: SpanKind::Alive,
+            owner,
+            fence: None,
+            name: format!("{owner}"),
+            start_ms: start,
+            end_ms: now,
+            cut,
+            ended_by: ended_by.to_string(),
+            args,
+        });
     }
 
     fn close_pause(&mut self, proc: ProcId, now: u64, cut: Cut, ended_by: &str) {
@@ -455,6 +475,8 @@ impl Builder {
         }
     }
 
+    /// Folds one engine event into the timeline. Every variant is named,
+    /// so a new one has to be placed here (drawn, or among those that are not).
     fn engine(&mut self, now: u64, e: &Event) {
         match e {
             Event::TaskCreated { task, spec, .. } => {
@@ -465,62 +487,19 @@ impl Builder {
                 self.store(now, StoreMark::StageRefused, None, format!("{stage}: {}", wire_name(reason)));
             }
             Event::LeaseGranted { fence, kind, lease_expiry_ms, .. } => {
-                self.see(fence.owner);
-                self.task_kinds.insert(fence.task, *kind);
-                self.close_lease(fence.task, now, Cut::Reclaimed, format!("superseded by the grant of {fence}"));
-                self.leases.insert(
-                    fence.task,
-                    OpenLease { fence: *fence, start_ms: now, kind: *kind, expiry: *lease_expiry_ms, renewals: 0 },
-                );
+                self.lease_granted(now, *fence, *kind, *lease_expiry_ms)
             }
-            Event::LeaseRenewed { fence, .. } => {
-                if let Some(l) = self.leases.get_mut(&fence.task).filter(|l| l.fence == *fence) {
-                    l.renewals += 1;
-                }
-            }
+            Event::LeaseRenewed { fence, .. } => self.lease_renewed(*fence),
             Event::LeaseReleased { fence, cause } => {
                 let cause = wire_name(cause);
                 self.close_lease(fence.task, now, Cut::Reclaimed, format!("released ({cause})"));
                 self.store(now, StoreMark::Released, Some(fence.task), format!("{fence} released ({cause})"));
             }
-            Event::WriteApplied { fence, write, retries, retry_at_ms, terminal } => match write {
-                WriteKind::Complete => {
-                    self.close_lease(fence.task, now, Cut::Normal, format!("completed by {fence}"));
-                    self.close_write(*fence, now, Cut::Normal, "complete applied".into());
-                    self.store(now, StoreMark::Done, Some(fence.task), format!("{fence} completed"));
-                }
-                WriteKind::Fail => {
-                    let what = if *terminal {
-                        format!("failed by {fence}: dead after {retries} failures")
-                    } else {
-                        let at = retry_at_ms.map_or("?".to_string(), |a| format!("{a} ms"));
-                        format!("failed by {fence}: retry {retries} at {at}")
-                    };
-                    self.close_lease(fence.task, now, Cut::Normal, what.clone());
-                    self.close_write(*fence, now, Cut::Normal, "fail applied".into());
-                    let mark = if *terminal { StoreMark::Dead } else { StoreMark::Failed };
-                    self.store(now, mark, Some(fence.task), what);
-                }
-                WriteKind::Renew | WriteKind::ClearStageLink => {}
-            },
-            Event::WriteRejected { fence, write, reason } => {
-                let outcome = matches!(write, WriteKind::Complete | WriteKind::Fail);
-                let (write, reason) = (wire_name(write), wire_name(reason));
-                if outcome {
-                    self.close_write(*fence, now, Cut::Normal, format!("{write} rejected ({reason})"));
-                }
-                self.store(
-                    now,
-                    StoreMark::Rejected,
-                    Some(fence.task),
-                    format!("{write} by {fence} rejected: {reason}"),
-                );
+            Event::WriteApplied { fence, write, retries, retry_at_ms, terminal } => {
+                self.write_applied(now, *fence, *write, (*retries, *retry_at_ms, *terminal))
             }
-            Event::RepairDecision { group, needed, reclaimed } if *needed || !reclaimed.is_empty() => {
-                let ids: Vec<String> = reclaimed.iter().map(|t| format!("t{t}")).collect();
-                let detail = format!("group {group}: reclaimed [{}]", ids.join(", "));
-                self.store(now, StoreMark::Repair, reclaimed.first().copied(), detail);
-            }
+            Event::WriteRejected { fence, write, reason } => self.write_rejected(now, *fence, *write, reason),
+            Event::RepairDecision { group, needed, reclaimed } => self.repair_decision(now, *group, *needed, reclaimed),
             Event::IndexMaterialized { index, task } => {
                 self.store(now, StoreMark::Materialized, Some(*task), format!("index {index} by t{task}"));
             }
@@ -528,29 +507,13 @@ impl Builder {
                 self.store(now, StoreMark::StageDone, Some(*task), format!("{stage} done by t{task}"));
             }
             Event::ProcessStarted { owner, .. } => self.see(*owner),
-            Event::PermitAcquired { owner, task, attempt } => {
-                self.see(*owner);
-                let key = (*owner, *task, *attempt);
-                self.close_permit(key, now, Cut::Normal, "acquired again");
-                self.permits.insert(key, now);
-            }
-            Event::PermitReleased { owner, task, attempt } => {
-                let fence = Fence { task: *task, attempt: *attempt, owner: *owner };
-                self.close_write(fence, now, Cut::Normal, "permit released before any outcome write".into());
-                self.close_permit((*owner, *task, *attempt), now, Cut::Normal, "released");
-            }
+            Event::PermitAcquired { owner, task, attempt } => self.permit_acquired(now, (*owner, *task, *attempt)),
+            Event::PermitReleased { owner, task, attempt } => self.permit_released(now, (*owner, *task, *attempt)),
             Event::ExecutionStarted { fence } => {
                 self.see(fence.owner);
                 self.execs.insert(*fence, now);
             }
-            Event::ExecutionFinished { fence, error } => {
-                let ended = match error {
-                    None => "finished ok".to_string(),
-                    Some(e) => format!("finished with error {}", wire_name(e)),
-                };
-                self.close_exec(*fence, now, Cut::Normal, ended);
-                self.writes.insert(*fence, OpenWrite { start_ms: now, error: error.as_ref().map(wire_name) });
-            }
+            Event::ExecutionFinished { fence, error } => self.execution_finished(now, *fence, error.as_ref()),
             Event::FinalizeTimedOut { fence } => {
                 self.close_write(*fence, now, Cut::Normal, "finalize timed out".into());
             }
@@ -564,8 +527,100 @@ impl Builder {
             Event::QueryResult { index, materialized } => {
                 self.mark(now, MarkKind::Query { index: *index, materialized: *materialized });
             }
-            _ => {}
+            // Not drawn: bookkeeping (pipelines, lease checks, heartbeats,
+            // answers the client also records, snapshots, notes and plans)
+            // and steps that open or close no span.
+            Event::PipelineCreated { .. }
+            | Event::LeaseChecked { .. }
+            | Event::HeartbeatApplied { .. }
+            | Event::QueryAnswered { .. }
+            | Event::MaintenanceApplied { .. }
+            | Event::PipelineSnapshotTaken { .. }
+            | Event::AttemptDropped { .. }
+            | Event::CallbackPublished { .. }
+            | Event::HeartbeatSent { .. }
+            | Event::MaintenanceStillRunning { .. }
+            | Event::RetryPlanned { .. }
+            | Event::NoteSent { .. } => {}
         }
+    }
+
+    fn lease_granted(&mut self, now: u64, fence: Fence, kind: TaskKind, expiry: Option<u64>) {
+        self.see(fence.owner);
+        self.task_kinds.insert(fence.task, kind);
+        self.close_lease(fence.task, now, Cut::Reclaimed, format!("superseded by the grant of {fence}"));
+        self.leases.insert(fence.task, OpenLease { fence, start_ms: now, kind, expiry, renewals: 0 });
+    }
+
+    fn lease_renewed(&mut self, fence: Fence) {
+        if let Some(l) = self.leases.get_mut(&fence.task).filter(|l| l.fence == fence) {
+            l.renewals += 1;
+        }
+    }
+
+    /// Group repair is shown when it reclaimed something or found it needed.
+    fn repair_decision(&mut self, now: u64, group: GroupId, needed: bool, reclaimed: &[TaskId]) {
+        if needed || !reclaimed.is_empty() {
+            let ids: Vec<String> = reclaimed.iter().map(|t| format!("t{t}")).collect();
+            let detail = format!("group {group}: reclaimed [{}]", ids.join(", "));
+            self.store(now, StoreMark::Repair, reclaimed.first().copied(), detail);
+        }
+    }
+
+    /// An outcome (or renewal) took effect; `(retries, retry_at_ms, terminal)`
+    /// say what became of a failed task.
+    fn write_applied(&mut self, now: u64, fence: Fence, write: WriteKind, retry: (u32, Option<u64>, bool)) {
+        let (retries, retry_at_ms, terminal) = retry;
+        match write {
+            WriteKind::Complete => {
+                self.close_lease(fence.task, now, Cut::Normal, format!("completed by {fence}"));
+                self.close_write(fence, now, Cut::Normal, "complete applied".into());
+                self.store(now, StoreMark::Done, Some(fence.task), format!("{fence} completed"));
+            }
+            WriteKind::Fail => {
+                let what = if terminal {
+                    format!("failed by {fence}: dead after {retries} failures")
+                } else {
+                    let at = retry_at_ms.map_or("?".to_string(), |a| format!("{a} ms"));
+                    format!("failed by {fence}: retry {retries} at {at}")
+                };
+                self.close_lease(fence.task, now, Cut::Normal, what.clone());
+                self.close_write(fence, now, Cut::Normal, "fail applied".into());
+                let mark = if terminal { StoreMark::Dead } else { StoreMark::Failed };
+                self.store(now, mark, Some(fence.task), what);
+            }
+            WriteKind::Renew | WriteKind::ClearStageLink => {}
+        }
+    }
+
+    fn write_rejected(&mut self, now: u64, fence: Fence, write: WriteKind, reason: &Rejection) {
+        let outcome = matches!(write, WriteKind::Complete | WriteKind::Fail);
+        let (write, reason) = (wire_name(&write), wire_name(reason));
+        if outcome {
+            self.close_write(fence, now, Cut::Normal, format!("{write} rejected ({reason})"));
+        }
+        self.store(now, StoreMark::Rejected, Some(fence.task), format!("{write} by {fence} rejected: {reason}"));
+    }
+
+    fn permit_acquired(&mut self, now: u64, key: (Owner, TaskId, u32)) {
+        self.see(key.0);
+        self.close_permit(key, now, Cut::Normal, "acquired again");
+        self.permits.insert(key, now);
+    }
+
+    fn permit_released(&mut self, now: u64, (owner, task, attempt): (Owner, TaskId, u32)) {
+        let fence = Fence { task, attempt, owner };
+        self.close_write(fence, now, Cut::Normal, "permit released before any outcome write".into());
+        self.close_permit((owner, task, attempt), now, Cut::Normal, "released");
+    }
+
+    fn execution_finished(&mut self, now: u64, fence: Fence, error: Option<&TaskError>) {
+        let ended = match error {
+            None => "finished ok".to_string(),
+            Some(e) => format!("finished with error {}", wire_name(e)),
+        };
+        self.close_exec(fence, now, Cut::Normal, ended);
+        self.writes.insert(fence, OpenWrite { start_ms: now, error: error.map(wire_name) });
     }
 
     fn finish(mut self, end_ms: u64) -> Timeline {

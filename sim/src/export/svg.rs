@@ -262,13 +262,30 @@ fn draw_labels(svg: &mut Svg, labels: &[Label], rows: &[usize], top: f64) {
     }
 }
 
+/// The violations drawn in a worker's lane (those naming a process that has
+/// one), by process, and those of the whole run; each with its index.
+type ByLane<'a> = (BTreeMap<ProcId, Vec<(usize, &'a Violation)>>, Vec<(usize, &'a Violation)>);
+
 /// The run as a static SVG timeline.
 pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
     let tl = timeline(history, violations);
     let scale = Scale { end_ms: tl.end_ms.max(1) };
     let mut svg = Svg { out: String::with_capacity(64 * 1024) };
+    let (by_proc, unowned) = by_lane(&tl, violations);
 
-    // Which lane each violation is drawn in: its process's, or the run band.
+    let band_top = header(&mut svg, &tl, violations, title);
+    let axis_top = run_band(&mut svg, &tl, &scale, &unowned, band_top);
+    let chart_top = axis_top + 16.0;
+    // The lanes are drawn into their own buffer: the grid goes under them.
+    let (lanes, chart_bottom) = lanes(&tl, &scale, &by_proc, chart_top);
+    axis(&mut svg, &scale, axis_top, chart_top, chart_bottom);
+    svg.out.push_str(&lanes.out);
+    run_marks(&mut svg, &tl, &scale, &unowned, (band_top, chart_bottom));
+    let bottom = violation_list(&mut svg, violations, chart_bottom + 36.0);
+    document(&svg, title, (bottom + 16.0).ceil())
+}
+
+fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation]) -> ByLane<'a> {
     let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
     let mut unowned = Vec::new();
     for (i, v) in violations.iter().enumerate() {
@@ -277,8 +294,11 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
             None => unowned.push((i, v)),
         }
     }
+    (by_proc, unowned)
+}
 
-    // ---- header and legend ----
+/// The title, a line of figures and the legend; returns the y under them.
+fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str) -> f64 {
     let faults = tl.marks.iter().filter(|m| matches!(m.kind, MarkKind::Fault { .. })).count();
     let subtitle = format!(
         "{} records, {} simulated; {} workers; {} fault injections; heal at {}; {} violation{}",
@@ -292,10 +312,12 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
     );
     svg.text(16.0, 24.0, 16.0, r##"font-weight="bold" fill="#111""##, title, None);
     svg.text(16.0, 42.0, 11.0, r##"fill="#555""##, &subtitle, None);
-    let mut y = legend(&mut svg, 54.0);
+    legend(svg, 54.0)
+}
 
-    // ---- run band: heal and violations of the whole run ----
-    let band_top = y;
+/// The `run` band: labels of the heal and of the violations of the whole
+/// run; returns the y under it.
+fn run_band(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Violation)], top: f64) -> f64 {
     let mut run_labels = Vec::new();
     if let Some(heal) = tl.heal_ms {
         run_labels.push(Label {
@@ -306,35 +328,38 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
             title: Some(format!("heal at {}: faults stop, the liveness phase runs", secs(heal))),
         });
     }
-    for (i, v) in &unowned {
-        run_labels.push(violation_label(*i, v, &scale));
+    for (i, v) in unowned {
+        run_labels.push(violation_label(*i, v, scale));
     }
     let (run_rows, n_run_rows) = place_labels(&mut run_labels);
-    svg.text(8.0, band_top + LABEL_H - 2.0, 9.0, r##"fill="#555""##, "run", None);
-    draw_labels(&mut svg, &run_labels, &run_rows, band_top);
-    y += n_run_rows.max(1) as f64 * LABEL_H + 2.0;
-    let axis_top = y;
-    y += 16.0;
-    let chart_top = y;
+    svg.text(8.0, top + LABEL_H - 2.0, 9.0, r##"fill="#555""##, "run", None);
+    draw_labels(svg, &run_labels, &run_rows, top);
+    top + (n_run_rows.max(1) as f64 * LABEL_H + 2.0)
+}
 
-    // ---- lanes (drawn into their own buffer: the grid goes under them) ----
+/// Every lane, top to bottom, in a buffer of its own; returns it and the y
+/// under the last lane.
+fn lanes(tl: &Timeline, scale: &Scale, by_proc: &BTreeMap<ProcId, Vec<(usize, &Violation)>>, top: f64) -> (Svg, f64) {
     let mut lanes = Svg { out: String::with_capacity(64 * 1024) };
     let mut shade = false;
-    y = world_lane(&mut lanes, &tl, &scale, y, shade);
+    let mut y = world_lane(&mut lanes, tl, scale, top, shade);
     shade = !shade;
-    y = store_lane(&mut lanes, &tl, &scale, y, shade);
+    y = store_lane(&mut lanes, tl, scale, y, shade);
     for (proc, incs) in &tl.procs {
         shade = !shade;
-        let vs = by_proc.get(proc).map_or(&[][..], |v| &v[..]);
-        y = worker_lane(&mut lanes, &tl, &scale, *proc, incs, vs, y, shade);
+        let violations = by_proc.get(proc).map_or(&[][..], |v| &v[..]);
+        let worker = Worker { proc: *proc, incs, violations };
+        y = worker_lane(&mut lanes, tl, scale, &worker, y, shade);
     }
     if tl.marks.iter().any(|m| matches!(m.kind, MarkKind::Query { .. })) {
         shade = !shade;
-        y = client_lane(&mut lanes, &tl, &scale, y, shade);
+        y = client_lane(&mut lanes, tl, scale, y, shade);
     }
-    let chart_bottom = y;
+    (lanes, y)
+}
 
-    // ---- axis and grid ----
+/// The time axis (ticks over and under the chart) and the grid.
+fn axis(svg: &mut Svg, scale: &Scale, axis_top: f64, chart_top: f64, chart_bottom: f64) {
     let step = tick_step(scale.end_ms);
     svg.open_group("axis");
     let mut t = 0;
@@ -351,31 +376,36 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
     svg.line(LEFT, chart_top, LEFT + PLOT_W, chart_top, r##"stroke="#333""##, None);
     svg.line(LEFT, chart_bottom, LEFT + PLOT_W, chart_bottom, r##"stroke="#333""##, None);
     svg.close_group();
-    svg.out.push_str(&lanes.out);
+}
 
-    // ---- lines across every lane: heal, violations of the whole run ----
+/// Lines across every lane, from the run band down: the heal and the
+/// violations of the whole run.
+fn run_marks(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Violation)], (top, bottom): (f64, f64)) {
     svg.open_group("run-marks");
     if let Some(heal) = tl.heal_ms {
         let x = scale.x(heal);
         let title = format!("heal at {}", secs(heal));
         svg.line(
             x,
-            band_top,
+            top,
             x,
-            chart_bottom,
+            bottom,
             &format!(r#"stroke="{HEAL}" stroke-width="1.5" stroke-dasharray="6,3""#),
             Some(&title),
         );
     }
-    for (i, v) in &unowned {
+    for (i, v) in unowned {
         let x = scale.x(v.at_ms);
         let title = violation_text(*i, v);
-        svg.line(x, band_top, x, chart_bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
+        svg.line(x, top, x, bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
     }
     svg.close_group();
+}
 
-    // ---- the violations in words ----
-    y = chart_bottom + 36.0;
+/// The violations in words, one a line, under the chart; returns the y of
+/// the last line.
+fn violation_list(svg: &mut Svg, violations: &[Violation], top: f64) -> f64 {
+    let mut y = top;
     svg.open_group("violations");
     if violations.is_empty() {
         svg.text(16.0, y, 12.0, r##"font-weight="bold" fill="#111""##, "Violations: none", None);
@@ -400,8 +430,11 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
     }
     svg.text(16.0, y + 4.0, 10.0, r##"fill="#777""##, "Hover a bar or mark for its details.", None);
     svg.close_group();
-    let height = (y + 16.0).ceil();
+    y
+}
 
+/// The whole document around the drawing.
+fn document(svg: &Svg, title: &str, height: f64) -> String {
     let mut doc = String::with_capacity(svg.out.len() + 2048);
     let _ = writeln!(
         doc,
@@ -629,76 +662,169 @@ impl Attempt<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn worker_lane(
-    svg: &mut Svg,
-    tl: &Timeline,
-    scale: &Scale,
+/// One worker process, as its lane shows it: its incarnations and the
+/// violations that name it.
+struct Worker<'a> {
     proc: ProcId,
-    incs: &[u32],
-    violations: &[(usize, &Violation)],
+    incs: &'a [u32],
+    violations: &'a [(usize, &'a Violation)],
+}
+
+/// The marks of a worker's life: labels (incarnations, kills, pauses,
+/// violations), deaths (from a kill to the restart), restarts and kills.
+struct Life {
+    labels: Vec<Label>,
+    dead: Vec<(u64, u64, Owner)>,
+    ups: Vec<(u64, Owner)>,
+    kills: Vec<(u64, Owner)>,
+}
+
+/// Per maintenance kind: its rows, and each pass with its row.
+type PassRows<'a> = Vec<(MaintenanceKind, usize, Vec<(&'a Span, usize)>)>;
+
+/// Where an attempt's label goes: inside its lease bar, right after the
+/// attempt, or (at the right edge) right before it.
+#[derive(PartialEq)]
+enum LabelAt {
+    Inside,
+    After,
+    Before,
+}
+
+/// An attempt placed on a row of its lane.
+struct Placed<'a> {
+    key: (Owner, TaskId, u32),
+    spans: Attempt<'a>,
+    x0: f64,
+    x1: f64,
+    label_at: LabelAt,
+    /// The room taken on its row, label included.
+    room: (f64, f64),
+    row: usize,
+}
+
+impl<'a> Placed<'a> {
+    /// The attempt's extent and where its label fits (its row comes later).
+    fn new(key: (Owner, TaskId, u32), spans: Attempt<'a>, scale: &Scale) -> Placed<'a> {
+        let start = spans.all().map(|s| s.start_ms).min().unwrap_or(0);
+        let end = spans.all().map(|s| s.end_ms).max().unwrap_or(start);
+        let x0 = scale.x(start);
+        let x1 = scale.x(end).max(x0 + 1.0);
+        let label = format!("t{}#{}", key.1, key.2);
+        let lease_w = spans.lease.iter().map(|s| scale.x(s.end_ms) - scale.x(s.start_ms)).fold(0.0, f64::max);
+        let label_w = text_w(&label, 8.0);
+        let (label_at, room) = if lease_w >= label_w + 4.0 {
+            (LabelAt::Inside, (x0, x1 + 2.0))
+        } else if x1 + label_w + 4.0 <= WIDTH - 2.0 {
+            (LabelAt::After, (x0, x1 + label_w + 5.0))
+        } else {
+            (LabelAt::Before, (x0 - label_w - 4.0, x1 + 2.0))
+        };
+        Placed { key, spans, x0, x1, label_at, room, row: 0 }
+    }
+}
+
+/// A lane's vertical extent.
+#[derive(Clone, Copy)]
+struct Band {
     top: f64,
-    shade: bool,
-) -> f64 {
-    // ---- what goes in the lane ----
-    let mut labels = Vec::new();
-    let mut dead = Vec::new();
-    let mut ups = Vec::new();
-    let mut kills = Vec::new();
+    height: f64,
+    bottom: f64,
+}
+
+/// A worker process's lane: labels, then maintenance rows, then attempt
+/// rows; deaths, pauses, restarts, kills and violations across all of them.
+/// Returns the y under it.
+fn worker_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, w: &Worker, top: f64, shade: bool) -> f64 {
+    let proc = w.proc;
+    let mut life = life(tl, scale, w);
+    let (label_rows, n_label_rows) = place_labels(&mut life.labels);
+    let (passes, attempts) = worker_spans(tl, proc);
+    let pass_rows = place_passes(&passes, scale);
+    let n_pass_rows: usize = pass_rows.iter().map(|(_, n, _)| n).sum();
+    let (placed, n_attempt_rows) = place_attempts(attempts, scale);
+
+    // ---- geometry ----
+    let sub = worker_sub(tl, w, &placed, &passes);
+    let label_top = top + 3.0;
+    let pass_top = label_top + n_label_rows.max(1) as f64 * LABEL_H + 2.0;
+    let attempt_top = pass_top + n_pass_rows as f64 * MAINT_H + if n_pass_rows > 0 { 3.0 } else { 0.0 };
+    let content_bottom = attempt_top + n_attempt_rows as f64 * ATTEMPT_H + 3.0;
+    let height = (content_bottom - top).max(lane_min_height(sub.len()));
+    let band = Band { top, height, bottom: top + height };
+
+    // ---- drawing ----
+    svg.open_group(&format!("lane p{proc}"));
+    lane_frame(svg, top, height, shade, &format!("p{proc}"), &sub);
+    draw_life(svg, tl, scale, proc, &life, band);
+    draw_labels(svg, &life.labels, &label_rows, label_top);
+    draw_passes(svg, scale, &pass_rows, pass_top);
+    if n_attempt_rows > 0 {
+        row_label(svg, attempt_top + ATTEMPT_H / 2.0, 8.0, "attempts");
+    }
+    draw_attempts(svg, scale, &placed, attempt_top);
+    for (i, v) in w.violations {
+        let x = scale.x(v.at_ms);
+        let title = violation_text(*i, v);
+        svg.line(x, top + 1.0, x, band.bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
+    }
+    svg.close_group();
+    band.bottom
+}
+
+/// What a worker lane marks of the process's life, with the labels of its
+/// violations.
+fn life(tl: &Timeline, scale: &Scale, w: &Worker) -> Life {
+    let proc = w.proc;
+    let mut life = Life { labels: Vec::new(), dead: Vec::new(), ups: Vec::new(), kills: Vec::new() };
     let mut dead_since: Option<(u64, Owner)> = None;
+    let label = |at_ms: u64, text: String, color: &'static str, title: String| Label {
+        x: scale.x(at_ms),
+        text,
+        color,
+        bold: false,
+        title: Some(title),
+    };
     for m in &tl.marks {
         match &m.kind {
             MarkKind::Up(o) if o.proc == proc => {
                 if let Some((since, who)) = dead_since.take() {
-                    dead.push((since, m.at_ms, who));
+                    life.dead.push((since, m.at_ms, who));
                 }
-                ups.push((m.at_ms, *o));
+                life.ups.push((m.at_ms, *o));
                 let title = format!("{o} up at {}", secs(m.at_ms));
-                labels.push(Label {
-                    x: scale.x(m.at_ms),
-                    text: o.to_string(),
-                    color: "#333333",
-                    bold: false,
-                    title: Some(title),
-                });
+                life.labels.push(label(m.at_ms, o.to_string(), "#333333", title));
             }
             MarkKind::Killed(o) if o.proc == proc => {
                 dead_since.get_or_insert((m.at_ms, *o));
-                kills.push((m.at_ms, *o));
+                life.kills.push((m.at_ms, *o));
                 let title = format!("{o} killed at {}", secs(m.at_ms));
-                labels.push(Label {
-                    x: scale.x(m.at_ms),
-                    text: format!("killed {o}"),
-                    color: KILL,
-                    bold: false,
-                    title: Some(title),
-                });
+                life.labels.push(label(m.at_ms, format!("killed {o}"), KILL, title));
             }
             MarkKind::Paused(p) if *p == proc => {
                 let title = format!("p{p} paused at {}", secs(m.at_ms));
-                labels.push(Label {
-                    x: scale.x(m.at_ms),
-                    text: "paused".into(),
-                    color: "#8a6d00",
-                    bold: false,
-                    title: Some(title),
-                });
+                life.labels.push(label(m.at_ms, "paused".into(), "#8a6d00", title));
             }
             _ => {}
         }
     }
     if let Some((since, who)) = dead_since {
-        dead.push((since, tl.end_ms, who));
+        life.dead.push((since, tl.end_ms, who));
     }
-    for (i, v) in violations {
-        labels.push(violation_label(*i, v, scale));
+    for (i, v) in w.violations {
+        life.labels.push(violation_label(*i, v, scale));
     }
-    let (label_rows, n_label_rows) = place_labels(&mut labels);
+    life
+}
 
-    let mine = || tl.spans.iter().filter(move |s| s.proc == proc);
+/// A worker's maintenance passes (per kind) and attempts (per incarnation,
+/// task and attempt).
+type WorkerSpans<'a> = (BTreeMap<MaintenanceKind, Vec<&'a Span>>, BTreeMap<(Owner, TaskId, u32), Attempt<'a>>);
+
+fn worker_spans(tl: &Timeline, proc: ProcId) -> WorkerSpans<'_> {
     let mut passes: BTreeMap<MaintenanceKind, Vec<&Span>> = BTreeMap::new();
     let mut attempts: BTreeMap<(Owner, TaskId, u32), Attempt> = BTreeMap::new();
-    for s in mine() {
+    for s in tl.spans.iter().filter(|s| s.proc == proc) {
         let key = || (s.owner.expect("attempt spans have an owner"), s.task.unwrap_or(0), s.attempt.unwrap_or(0));
         match s.kind {
             SpanKind::Maintenance(k) => passes.entry(k).or_default().push(s),
@@ -709,12 +835,13 @@ fn worker_lane(
             SpanKind::Alive | SpanKind::Paused => {}
         }
     }
+    (passes, attempts)
+}
 
-    // Maintenance rows: per kind, passes placed so they never overlap.
-    /// Per kind: its rows and each pass with its row.
-    type PassRows<'a> = Vec<(MaintenanceKind, usize, Vec<(&'a Span, usize)>)>;
+/// Maintenance rows: per kind, passes placed so they never overlap.
+fn place_passes<'a>(passes: &BTreeMap<MaintenanceKind, Vec<&'a Span>>, scale: &Scale) -> PassRows<'a> {
     let mut pass_rows: PassRows = Vec::new();
-    for (kind, spans) in &passes {
+    for (kind, spans) in passes {
         let mut rows = Rows::default();
         let placed: Vec<(&Span, usize)> = spans
             .iter()
@@ -725,57 +852,36 @@ fn worker_lane(
             .collect();
         pass_rows.push((*kind, rows.len(), placed));
     }
-    let n_pass_rows: usize = pass_rows.iter().map(|(_, n, _)| n).sum();
+    pass_rows
+}
 
-    // Attempt rows: each attempt on the first row free at its start; room is
-    // kept for its label inside the lease bar, right after it, or (at the
-    // right edge) right before it.
-    #[derive(PartialEq)]
-    enum LabelAt {
-        Inside,
-        After,
-        Before,
-    }
-    struct Placed<'a> {
-        key: (Owner, TaskId, u32),
-        spans: Attempt<'a>,
-        x0: f64,
-        x1: f64,
-        label_at: LabelAt,
-        /// The room taken on its row, label included.
-        room: (f64, f64),
-        row: usize,
-    }
-    let mut placed: Vec<Placed> = attempts
-        .into_iter()
-        .map(|(key, spans)| {
-            let start = spans.all().map(|s| s.start_ms).min().unwrap_or(0);
-            let end = spans.all().map(|s| s.end_ms).max().unwrap_or(start);
-            let x0 = scale.x(start);
-            let x1 = scale.x(end).max(x0 + 1.0);
-            let label = format!("t{}#{}", key.1, key.2);
-            let lease_w = spans.lease.iter().map(|s| scale.x(s.end_ms) - scale.x(s.start_ms)).fold(0.0, f64::max);
-            let label_w = text_w(&label, 8.0);
-            let (label_at, room) = if lease_w >= label_w + 4.0 {
-                (LabelAt::Inside, (x0, x1 + 2.0))
-            } else if x1 + label_w + 4.0 <= WIDTH - 2.0 {
-                (LabelAt::After, (x0, x1 + label_w + 5.0))
-            } else {
-                (LabelAt::Before, (x0 - label_w - 4.0, x1 + 2.0))
-            };
-            Placed { key, spans, x0, x1, label_at, room, row: 0 }
-        })
-        .collect();
+/// Attempt rows: each attempt on the first row free at its start; room is
+/// kept for its label inside the lease bar, right after it, or (at the
+/// right edge) right before it. Returns the attempts and the rows used.
+fn place_attempts<'a>(
+    attempts: BTreeMap<(Owner, TaskId, u32), Attempt<'a>>,
+    scale: &Scale,
+) -> (Vec<Placed<'a>>, usize) {
+    let mut placed: Vec<Placed> = attempts.into_iter().map(|(key, spans)| Placed::new(key, spans, scale)).collect();
     placed.sort_by(|a, b| a.room.0.total_cmp(&b.room.0).then(a.key.cmp(&b.key)));
     let mut rows = Rows::default();
     for p in placed.iter_mut() {
         p.row = rows.place(p.room.0, p.room.1);
     }
-    let n_attempt_rows = rows.len();
+    (placed, rows.len())
+}
 
-    // ---- geometry ----
+/// The lines under a worker lane's name: incarnations, clock offset,
+/// leases and passes.
+fn worker_sub(
+    tl: &Timeline,
+    w: &Worker,
+    placed: &[Placed],
+    passes: &BTreeMap<MaintenanceKind, Vec<&Span>>,
+) -> Vec<String> {
+    let proc = w.proc;
     let mut sub = Vec::new();
-    match (incs.first(), incs.last()) {
+    match (w.incs.first(), w.incs.last()) {
         (Some(a), Some(b)) if a != b => sub.push(format!("p{proc}.{a} to p{proc}.{b}")),
         (Some(a), _) => sub.push(format!("p{proc}.{a}")),
         _ => {}
@@ -786,27 +892,24 @@ fn worker_lane(
     let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     sub.push(count(placed.iter().filter(|p| !p.spans.lease.is_empty()).count(), "lease", "leases"));
     sub.push(count(passes.values().map(Vec::len).sum::<usize>(), "pass", "passes"));
-    let label_top = top + 3.0;
-    let pass_top = label_top + n_label_rows.max(1) as f64 * LABEL_H + 2.0;
-    let attempt_top = pass_top + n_pass_rows as f64 * MAINT_H + if n_pass_rows > 0 { 3.0 } else { 0.0 };
-    let content_bottom = attempt_top + n_attempt_rows as f64 * ATTEMPT_H + 3.0;
-    let height = (content_bottom - top).max(lane_min_height(sub.len()));
-    let bottom = top + height;
+    sub
+}
 
-    // ---- drawing ----
-    svg.open_group(&format!("lane p{proc}"));
-    lane_frame(svg, top, height, shade, &format!("p{proc}"), &sub);
-    for (from, to, who) in &dead {
+/// Across the whole lane: deaths hatched, pauses yellow, restarts dashed,
+/// kills red.
+fn draw_life(svg: &mut Svg, tl: &Timeline, scale: &Scale, proc: ProcId, life: &Life, band: Band) {
+    let Band { top, height, bottom } = band;
+    for (from, to, who) in &life.dead {
         let (x0, x1) = (scale.x(*from), scale.x(*to));
         let title = format!("{who} dead from {} to {}", secs(*from), secs(*to));
         svg.rect(x0, top + 1.0, (x1 - x0).max(1.0), height - 1.0, r#"fill="url(#dead)""#, Some(&title));
     }
-    for s in mine().filter(|s| s.kind == SpanKind::Paused) {
+    for s in tl.spans.iter().filter(|s| s.proc == proc && s.kind == SpanKind::Paused) {
         let (x0, x1) = (scale.x(s.start_ms), scale.x(s.end_ms));
         let style = format!(r#"fill="{PAUSED}" fill-opacity="0.5""#);
         svg.rect(x0, top + 1.0, (x1 - x0).max(1.0), height - 1.0, &style, Some(&span_text(s)));
     }
-    for (at, o) in &ups {
+    for (at, o) in &life.ups {
         if *at > 0 {
             let x = scale.x(*at);
             let title = format!("{o} up at {}", secs(*at));
@@ -814,15 +917,17 @@ fn worker_lane(
             svg.line(x, top + 1.0, x, bottom, &style, Some(&title));
         }
     }
-    for (at, o) in &kills {
+    for (at, o) in &life.kills {
         let x = scale.x(*at);
         let title = format!("{o} killed at {}", secs(*at));
         svg.line(x, top + 1.0, x, bottom, &format!(r#"stroke="{KILL}" stroke-width="1.5""#), Some(&title));
     }
-    draw_labels(svg, &labels, &label_rows, label_top);
+}
 
-    let mut y = pass_top;
-    for (kind, n_rows, spans) in &pass_rows {
+/// The maintenance rows, from `top` down.
+fn draw_passes(svg: &mut Svg, scale: &Scale, pass_rows: &PassRows, top: f64) {
+    let mut y = top;
+    for (kind, n_rows, spans) in pass_rows {
         for r in 0..*n_rows {
             row_label(svg, y + r as f64 * MAINT_H + MAINT_H / 2.0, 8.0, &format!("{} passes", kind.name()));
         }
@@ -841,11 +946,13 @@ fn worker_lane(
         }
         y += *n_rows as f64 * MAINT_H;
     }
-    if n_attempt_rows > 0 {
-        row_label(svg, attempt_top + ATTEMPT_H / 2.0, 8.0, "attempts");
-    }
-    for p in &placed {
-        let y = attempt_top + p.row as f64 * ATTEMPT_H;
+}
+
+/// Each attempt on its row: the lease bar, the permit / execution / write
+/// strip under it, and its label.
+fn draw_attempts(svg: &mut Svg, scale: &Scale, placed: &[Placed], top: f64) {
+    for p in placed {
+        let y = top + p.row as f64 * ATTEMPT_H;
         for s in &p.spans.lease {
             let x0 = scale.x(s.start_ms);
             let w = (scale.x(s.end_ms) - x0).max(1.0);
@@ -875,13 +982,6 @@ fn worker_lane(
             svg.text(x, y + 8.5, 8.0, r##"fill="#0b2a55""##, &label, Some(&title));
         }
     }
-    for (i, v) in violations {
-        let x = scale.x(v.at_ms);
-        let title = violation_text(*i, v);
-        svg.line(x, top + 1.0, x, bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
-    }
-    svg.close_group();
-    bottom
 }
 
 #[cfg(test)]
