@@ -1,7 +1,9 @@
 //! Defect switches: each re-creates one real production bug (described in
 //! docs/real-bugs.md) so the harness can prove it catches it. All are off by
 //! default, nothing but an explicit request turns one on, and each is read in
-//! exactly one place in the engine (named below).
+//! exactly one place in the engine: one `defects.on(Defect::...)` call, named
+//! in the variant's doc below. `grep -rn 'defects.on(' src/` lists them all;
+//! a test below holds the one-place rule.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -31,7 +33,8 @@ pub enum Defect {
     /// that the stage is not done. Read in `store::Store::stage_guard`.
     StaleSnapshotEnqueue,
     /// C2: group repair judges only the oldest leased task of a group.
-    /// Read in `store::repair::expired_tasks`.
+    /// Read in `store::repair` (`Store::repair_groups`, which hands it to
+    /// `expired_tasks`).
     RepairHidesExpiredLease,
     /// A fix3: maintenance passes are single-flight and polled by the claim
     /// loop, but never timeout-cancelled: a pass that hangs stays in flight
@@ -126,5 +129,43 @@ impl Defects {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.0.iter().map(|d| d.name()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Defect;
+
+    /// Every `.rs` file under `dir`, recursively, but this one (it names
+    /// the call without making it).
+    fn sources(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("defects.rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file is readable");
+                out.push((path, text));
+            }
+        }
+    }
+
+    #[test]
+    fn each_switch_is_read_in_exactly_one_place() {
+        let mut files = Vec::new();
+        sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let reads = |defect: Defect| -> Vec<String> {
+            let call = format!("defects.on(Defect::{defect:?})");
+            files
+                .iter()
+                .flat_map(|(path, text)| text.matches(&call).map(move |_| path.display().to_string()))
+                .collect()
+        };
+        for defect in Defect::ALL {
+            let places = reads(defect);
+            assert_eq!(places.len(), 1, "{defect} is read in {} places: {places:?}", places.len());
+        }
+        let all: usize = files.iter().map(|(_, text)| text.matches("defects.on(").count()).sum();
+        assert_eq!(all, Defect::ALL.len(), "a `defects.on(` call that names no switch directly");
     }
 }

@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::{spec, SCENARIOS};
+use common::{spec, scenarios};
 use leasesim_sim::runner;
 
 #[test]
 fn canonical_runs() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         let outcome = runner::run_seed(&spec(name, 1), runner::DEFAULT_WATCHDOG).expect("the seed runs");
         insta::assert_json_snapshot!(format!("{name}-seed-1"), outcome);
     }

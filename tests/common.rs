@@ -5,8 +5,13 @@ use leasesim_sim::runner::{self, RunSpec};
 use leasesim_sim::scenario;
 use std::sync::Arc;
 
-/// The built-in scenarios every test sweeps.
-pub const SCENARIOS: [&str; 4] = ["a-index-builds", "b-machines", "c-workflows", "swarm"];
+/// The built-in scenarios every test sweeps: every file in `scenarios/`
+/// (`scenario::builtin_names`), so a new one is swept without a test edit.
+pub fn scenarios() -> Vec<String> {
+    let names = scenario::builtin_names();
+    assert!(!names.is_empty(), "no built-in scenario in {}", scenario::builtin_dir().display());
+    names
+}
 
 pub fn spec(name: &str, seed: u64) -> RunSpec {
     let loaded = scenario::resolve(name).unwrap_or_else(|e| panic!("{e}"));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{spec, SCENARIOS};
+use common::{spec, scenarios};
 use leasesim_sim::runner;
 use std::collections::BTreeSet;
 
@@ -13,7 +13,7 @@ const SEEDS: u64 = 60;
 
 #[test]
 fn every_builtin_scenario_reaches_what_it_requires() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         let required: BTreeSet<String> = spec(name, 1).scenario.coverage.require.iter().cloned().collect();
         assert!(!required.is_empty(), "{name} requires no coverage point");
         let mut missing = required.clone();

@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::{hash_of, spec, SCENARIOS};
+use common::{hash_of, spec, scenarios};
 use std::process::Command;
 
 #[test]
 fn same_seed_same_hash_in_process() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         for seed in [1, 7, 42] {
             assert_eq!(hash_of(name, seed), hash_of(name, seed), "{name} seed {seed} diverged in one process");
         }
@@ -26,7 +26,7 @@ fn same_seed_same_hash_across_processes() {
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints one JSON object");
         json["trace_hash"].as_str().expect("trace_hash is a string").to_string()
     };
-    for name in SCENARIOS {
+    for name in &scenarios() {
         let first = run(name);
         assert_eq!(first, run(name), "{name}: two processes disagree");
         assert_eq!(first, hash_of(name, 7), "{name}: the binary and the library disagree");
@@ -35,7 +35,7 @@ fn same_seed_same_hash_across_processes() {
 
 #[test]
 fn madsim_determinism_check_passes() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         for seed in 1..=3 {
             let hash = leasesim_sim::runner::check_determinism(&spec(name, seed));
             assert_eq!(format!("{hash:016x}"), hash_of(name, seed), "{name} seed {seed}");
@@ -45,7 +45,7 @@ fn madsim_determinism_check_passes() {
 
 #[test]
 fn different_seeds_give_different_hashes() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         let hashes: std::collections::BTreeSet<String> = (1..=10).map(|seed| hash_of(name, seed)).collect();
         assert_eq!(hashes.len(), 10, "{name}: seeds 1..=10 collide");
     }

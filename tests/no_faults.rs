@@ -3,14 +3,14 @@
 
 mod common;
 
-use common::{spec, SCENARIOS};
+use common::{spec, scenarios};
 use leasesim_sim::runner::{self, PlanSource};
 
 const SEEDS: u64 = 200;
 
 #[test]
 fn fault_free_seeds_end_quiet() {
-    for name in SCENARIOS {
+    for name in &scenarios() {
         for seed in 1..=SEEDS {
             let o = runner::run_seed(&spec(name, seed).with_plan(PlanSource::None), runner::DEFAULT_WATCHDOG)
                 .unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));

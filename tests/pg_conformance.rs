@@ -182,7 +182,7 @@ impl World {
             Op::Enqueue { kind, group, index, stage, delay_ms } => {
                 let not_before_ms = delay_ms.map_or(0, |d| now + d);
                 let spec = TaskSpec { kind: *kind, group: *group, stage: *stage, index: *index, not_before_ms };
-                Request::Enqueue { spec }
+                Request::Enqueue { spec, key: None }
             }
             Op::CreatePipeline { pipeline, stages } => Request::CreatePipeline { pipeline: *pipeline, stages: *stages },
             Op::Claim { owner, max } => Request::Claim { owner: *owner, max: *max, wait_ms: 0 },
@@ -196,7 +196,7 @@ impl World {
             Op::ReleaseOrphans(orphans) => self.release_orphans(orphans),
             Op::ReclaimExpired => Request::ReclaimExpired { by: JANITOR },
             Op::Repair => Request::Repair { by: JANITOR },
-            Op::Maintain(owner, kind) => Request::Maintain { owner: *owner, kind: *kind },
+            Op::Maintain(owner, kind) => Request::Maintain { owner: *owner, kind: *kind, timeout_ms: None },
             Op::PipelineSnapshot => Request::PipelineSnapshot { by: JANITOR },
             Op::EnqueueStage(pick) => Request::EnqueueStage { stage: self.stage(*pick) },
             Op::QueryIndex(index) => Request::QueryIndex { index: *index, lag_timeout_ms: 0 },

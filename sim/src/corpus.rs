@@ -43,7 +43,7 @@ pub struct Entry {
     #[serde(default)]
     pub faults: FaultsMode,
     /// `pass`, or the name of the invariant the run must violate (or
-    /// `panic` / `hang` for a seed that does not finish).
+    /// `panic` / `hang` / `resource-limit` for a seed that does not finish).
     pub expect: String,
     /// Pinned hash of the event history; a mismatch fails the replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]

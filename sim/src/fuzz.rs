@@ -3,6 +3,10 @@
 //! Results are folded in seed order into one summary, so the summary of a
 //! campaign does not depend on how many jobs ran it or in which order seeds
 //! finished.
+//!
+//! `std::time::Instant` (the wall clock) is read here and in `guided` only
+//! outside every world: the summary's wall-clock figures and the `--time`
+//! budget (`Campaign::deadline`). No seed ever sees it.
 
 use crate::outcome::Outcome;
 use crate::runner::{self, PlanSource, RunError, RunSpec};
@@ -100,7 +104,8 @@ pub struct Campaign {
 pub struct Failure {
     pub scenario: String,
     pub seed: u64,
-    /// The violated invariant, or `panic` / `hang` when the seed did not finish.
+    /// The violated invariant, or `panic` / `hang` / `resource-limit` when
+    /// the seed did not finish (`RunError::kind`).
     pub invariant: String,
     pub message: String,
     pub at_ms: Option<u64>,

@@ -17,14 +17,20 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a seed can fail to produce an outcome at all.
+/// How a seed can fail to produce an outcome at all. Each is a failure of
+/// its own kind (`RunError::kind`): campaigns record it and go on, corpus
+/// entries can expect it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
-    /// The world panicked (an engine assertion, a harness bug).
+    /// The world panicked: an engine or harness assertion, or madsim's own
+    /// checks. Holds the panic message.
     Panic(String),
-    /// The seed ran past the wall-clock watchdog (a livelock).
+    /// No result within the wall-clock watchdog (`run_world`'s `watchdog`):
+    /// a livelock, or a seed far slower than it should be. The seed's
+    /// thread cannot be killed and is left behind, detached.
     Hang { watchdog_ms: u64 },
-    /// The seed went past a resource limit (its history grew past the cap).
+    /// The history grew past its cap (`RunSpec::max_records`): the
+    /// recorder stopped the seed. Holds what was exceeded.
     Limit(String),
 }
 
@@ -160,6 +166,7 @@ impl RunSpec {
     }
 }
 
+/// The wall-clock time a seed may take before it counts as a hang.
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
 /// Runs the world on a fresh thread; returns the raw world result.

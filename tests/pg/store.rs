@@ -113,7 +113,11 @@ impl PgStore {
 impl Tx<'_> {
     fn apply(&mut self, req: &Request) -> Result<Response, Error> {
         match req {
-            Request::Enqueue { spec } => Ok(Response::Enqueued { task: insert_task(self, spec)? }),
+            Request::Enqueue { spec, key } => {
+                // Idempotency keys are not in the schema: the generator never sends one.
+                assert!(key.is_none(), "the PostgreSQL store has no idempotency keys");
+                Ok(Response::Enqueued { task: insert_task(self, spec)? })
+            }
             Request::CreatePipeline { pipeline, stages } => create_pipeline(self, *pipeline, *stages),
             Request::Claim { owner, max, .. } => claim(self, *owner, *max),
             Request::Heartbeat { owner } => heartbeat(self, *owner),
