@@ -26,8 +26,9 @@ pub fn mib(bytes: u64) -> f64 {
 mod tests {
     #[test]
     fn reads_its_own_memory() {
+        let linux = cfg!(target_os = "linux");
         let (Some(now), Some(peak)) = (super::rss_bytes(), super::peak_rss_bytes()) else {
-            assert!(!cfg!(target_os = "linux"), "Linux has /proc/self/status");
+            assert!(!linux, "Linux has /proc/self/status");
             return;
         };
         assert!(now > 0 && peak >= now, "rss {now}, peak {peak}");
