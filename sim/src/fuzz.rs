@@ -126,6 +126,9 @@ pub struct Summary {
     pub wall_seconds: f64,
     pub seeds_per_second: f64,
     pub events_per_second: f64,
+    /// The campaign process's peak resident set size, in MiB (0: unknown).
+    #[serde(default)]
+    pub peak_rss_mib: f64,
     /// Invariants no run of the campaign evaluated even once.
     pub never_evaluated: Vec<String>,
     /// Per coverage point: how many runs reached it (every point present).
@@ -316,6 +319,7 @@ impl Tally {
             .map(|(name, _)| name.to_string())
             .collect();
         summary.wall_seconds = started.elapsed().as_secs_f64();
+        summary.peak_rss_mib = crate::mem::peak_rss_bytes().map_or(0.0, crate::mem::mib);
         if summary.wall_seconds > 0.0 {
             summary.seeds_per_second = summary.seeds as f64 / summary.wall_seconds;
             summary.events_per_second = summary.events as f64 / summary.wall_seconds;

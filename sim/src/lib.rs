@@ -14,6 +14,7 @@ pub mod fuzz;
 pub mod guided;
 pub mod history;
 pub mod logs;
+pub mod mem;
 pub mod outcome;
 pub mod runner;
 pub mod scenario;

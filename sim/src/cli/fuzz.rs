@@ -360,14 +360,15 @@ fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBa
 
 pub fn print_summary(s: &Summary) {
     println!(
-        "runs: {}  failures: {}  events: {}  sim: {:.0} s  wall: {:.1} s  ({:.1} seeds/s, {:.0} events/s)",
+        "runs: {}  failures: {}  events: {}  sim: {:.0} s  wall: {:.1} s  ({:.1} seeds/s, {:.0} events/s)  peak RSS: {:.0} MiB",
         s.seeds,
         s.failures.len(),
         s.events,
         s.sim_seconds,
         s.wall_seconds,
         s.seeds_per_second,
-        s.events_per_second
+        s.events_per_second,
+        s.peak_rss_mib
     );
     let faults: Vec<String> = s.fault_counts.iter().map(|(k, n)| format!("{k}={n}")).collect();
     println!("fault injections: {}", faults.join(" "));

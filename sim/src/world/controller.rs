@@ -27,15 +27,14 @@ struct Proc {
 }
 
 pub struct Controller {
-    handle: Handle,
     rec: Recorder,
     procs: Mutex<BTreeMap<ProcId, Proc>>,
     clogged: Mutex<BTreeSet<ProcId>>,
 }
 
 impl Controller {
-    pub fn new(handle: Handle, rec: Recorder) -> Self {
-        Controller { handle, rec, procs: Mutex::new(BTreeMap::new()), clogged: Mutex::new(BTreeSet::new()) }
+    pub fn new(rec: Recorder) -> Self {
+        Controller { rec, procs: Mutex::new(BTreeMap::new()), clogged: Mutex::new(BTreeSet::new()) }
     }
 
     pub fn add_worker(&self, proc: ProcId, node: NodeId, incarnation: Arc<AtomicU32>) {
@@ -44,6 +43,14 @@ impl Controller {
 
     pub fn node_ids(&self) -> Vec<NodeId> {
         self.procs.lock().expect("procs").values().map(|p| p.node).collect()
+    }
+
+    /// The runtime of the caller. Not kept in the controller: the runtime
+    /// keeps every node's init closure, which keeps the controller, so a
+    /// handle held here would be a cycle and leak the whole world of every
+    /// seed.
+    fn handle() -> Handle {
+        Handle::current()
     }
 
     fn owner(proc: ProcId, p: &Proc) -> Owner {
@@ -61,9 +68,9 @@ impl Controller {
             return false;
         }
         if p.state == ProcState::Paused {
-            self.handle.resume(p.node);
+            Self::handle().resume(p.node);
         }
-        self.handle.kill(p.node);
+        Self::handle().kill(p.node);
         p.state = ProcState::Down;
         self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
         true
@@ -83,7 +90,7 @@ impl Controller {
             p.node
         };
         // The node's init records ProcessUp with its new incarnation.
-        self.handle.restart(node);
+        Self::handle().restart(node);
     }
 
     pub fn pause(&self, proc: ProcId) {
@@ -94,7 +101,7 @@ impl Controller {
         if p.state != ProcState::Up {
             return;
         }
-        self.handle.pause(p.node);
+        Self::handle().pause(p.node);
         p.state = ProcState::Paused;
         self.rec.world(WorldEvent::ProcessPaused { proc });
     }
@@ -107,7 +114,7 @@ impl Controller {
         if p.state != ProcState::Paused {
             return;
         }
-        self.handle.resume(p.node);
+        Self::handle().resume(p.node);
         p.state = ProcState::Up;
         self.rec.world(WorldEvent::ProcessResumed { proc });
     }

@@ -41,6 +41,33 @@ use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
 
+/// Worlds alive in this process: built by `run` and not yet dropped. A
+/// world that outlives its run (a reference cycle through the runtime, a
+/// task that escaped) would make a long campaign's memory grow with every
+/// seed; the memory test watches this count.
+static LIVE_WORLDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub fn live_worlds() -> usize {
+    LIVE_WORLDS.load(Ordering::SeqCst)
+}
+
+/// Counts one world while it is alive (held by its store node, which every
+/// node's tasks and the runtime's init closures reach).
+pub struct WorldToken(());
+
+impl WorldToken {
+    fn new() -> Self {
+        LIVE_WORLDS.fetch_add(1, Ordering::SeqCst);
+        WorldToken(())
+    }
+}
+
+impl Drop for WorldToken {
+    fn drop(&mut self) {
+        LIVE_WORLDS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What the world looked like at the end of a run.
 #[derive(Debug, Clone)]
 pub struct WorldResult {
@@ -99,7 +126,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         obs = Arc::new(variant::Filtered { inner: obs, variant: variant.clone() });
     }
     let faults = Arc::new(Injector::new(spec.plan.clone(), rec.clone()));
-    let control = Arc::new(Controller::new(handle.clone(), rec.clone()));
+    let control = Arc::new(Controller::new(rec.clone()));
     let engine = spec.engine();
     let variant = spec.variant.as_ref().map(|v| v.0.clone());
 
@@ -114,6 +141,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         max_downtime_ms: scenario.faults.max_downtime_ms,
         variant: variant.clone(),
         crash: Default::default(),
+        _alive: WorldToken::new(),
     });
     let store_for_node = store.clone();
     let store_variant = variant.clone();

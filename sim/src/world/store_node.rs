@@ -43,6 +43,7 @@ pub struct StoreNode {
     pub variant: Option<Arc<dyn Variant>>,
     /// Whether the store process is up, and the requests it holds.
     pub crash: Crash,
+    pub _alive: super::WorldToken,
 }
 
 /// The store process's life: a crash drops every request it holds (their
