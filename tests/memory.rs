@@ -9,14 +9,14 @@
 
 mod common;
 
-use common::{spec, SCENARIOS};
+use common::{scenarios, spec};
 use leasesim_sim::{mem, runner, world};
 
 #[test]
 fn runs_leave_nothing_behind_and_memory_stays_flat() {
     // Every scenario, faults drawn (store crashes, kills, held requests ...):
     // once a run returns, its world is gone.
-    for name in SCENARIOS {
+    for name in &scenarios() {
         for seed in 1..=3 {
             runner::run_seed(&spec(name, seed), runner::DEFAULT_WATCHDOG).expect("the seed runs");
             assert_eq!(world::live_worlds(), 0, "{name} seed {seed}: its world outlived the run");
