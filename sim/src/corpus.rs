@@ -230,6 +230,31 @@ pub fn save_once(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, Strin
     save_new(dir, stem, entry)
 }
 
+/// Where failures are saved when no folder is named, relative to the
+/// workspace: guided campaigns, the fuzz test and the Rust API save there.
+pub const FAILURES_DIR: &str = "target/leasesim-failures";
+
+/// [`FAILURES_DIR`] as a path that does not depend on the working directory
+/// (`cargo test` runs each test in its package's folder): inside the target
+/// folder of the running executable (the ancestor holding cargo's
+/// `CACHEDIR.TAG`), else inside this workspace's `target/`.
+pub fn failures_dir() -> PathBuf {
+    let exe = std::env::current_exe().ok();
+    let target = exe.as_deref().and_then(|exe| exe.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()));
+    match target {
+        Some(target) => target.join("leasesim-failures"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(FAILURES_DIR),
+    }
+}
+
+/// Saves the failing run `spec` (it violated `expect`) as a pinned entry
+/// ([`Entry::of_run`]) in `dir`, atomically; an identical entry already
+/// there is reused ([`save_once`]), nothing is overwritten.
+pub fn save_failure(dir: &Path, spec: &RunSpec, expect: &str, comment: String) -> Result<PathBuf, String> {
+    let entry = Entry::of_run(spec, expect, comment);
+    save_once(dir, &stem(&entry), &entry)
+}
+
 /// A file-name stem for an entry: scenario, expectation, defects, seed.
 pub fn stem(entry: &Entry) -> String {
     let scenario = Path::new(&entry.scenario).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario").to_string();

@@ -112,6 +112,23 @@ pub struct Failure {
     pub replay: String,
 }
 
+impl Failure {
+    /// The line every campaign prints for this failure (`cargo sim fuzz`,
+    /// the fuzz test, [`crate::api::Report`]): scenario, seed, invariant,
+    /// message and the command that replays it.
+    pub fn line(&self) -> String {
+        format!(
+            "FAIL {} seed {}: [{}] {}  (replay: {})",
+            self.scenario, self.seed, self.invariant, self.message, self.replay
+        )
+    }
+}
+
+/// The line printed once a failure is saved as the corpus entry `path`.
+pub fn saved_line(path: &std::path::Path) -> String {
+    format!("saved {} (replay: cargo sim replay {})", path.display(), path.display())
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Runs (seed x scenario) completed.

@@ -4,6 +4,7 @@
 #[cfg(not(madsim))]
 compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
 
+pub mod api;
 pub mod bench;
 pub mod check;
 pub mod cli;
@@ -21,3 +22,5 @@ pub mod scenario;
 pub mod shrink;
 pub mod truth;
 pub mod world;
+
+pub use api::{Report, Simulation};

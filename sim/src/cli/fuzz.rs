@@ -132,7 +132,7 @@ impl Saver {
 
 /// Where guided campaigns save failures when `--save` is not given: every
 /// guided run has an explicit plan that no command line can carry.
-const GUIDED_FAILURES: &str = "target/leasesim-failures";
+const GUIDED_FAILURES: &str = corpus::FAILURES_DIR;
 
 pub fn run(args: FuzzArgs) -> Result<i32, String> {
     let campaign = campaign(&args)?;
@@ -262,14 +262,10 @@ impl Reporter<'_> {
 
     fn progress(&mut self, p: Progress<'_>) {
         if let Some(f) = fuzz::failure_of(p.spec, p.last) {
-            self.line(
-                format!("FAIL {} seed {}: [{}] {}  (replay: {})", f.scenario, f.seed, f.invariant, f.message, f.replay),
-                true,
-            );
+            self.line(f.line(), true);
             if let Some(saver) = self.saver.as_mut() {
                 match saver.offer(&f, p.spec) {
-                    Ok(Some(path)) => self
-                        .line(format!("saved {} (replay: cargo sim replay {})", path.display(), path.display()), false),
+                    Ok(Some(path)) => self.line(fuzz::saved_line(&path), false),
                     Ok(None) => {}
                     Err(e) => {
                         self.save_error.get_or_insert(e);
