@@ -1,0 +1,95 @@
+//! The Rust API for simulation tests (`leasesim_sim::Simulation`), by
+//! example: a small world built in code (no scenario file), run over many
+//! seeds with faults drawn from each; and the same world with a defect
+//! switch on, which the run must report. README.md ("Writing simulation
+//! tests in Rust") shows the first test.
+
+use leasesim::config::{EngineConfig, LeaseTtls, MaintenanceKind};
+use leasesim::defects::Defect;
+use leasesim_sim::scenario::{Bounds, CoverageSpec, FaultLimits, Phases, Scenario, Topology, Workload};
+use leasesim_sim::Simulation;
+
+/// Two workers; a dozen jobs that fail now and then and retry, three index
+/// builds and two authz materializations; two minutes of faults (every
+/// kind), then five of calm in which everything must finish.
+fn two_workers() -> Scenario {
+    Scenario {
+        name: "two-workers".into(),
+        description: "two workers, a dozen jobs that fail and retry, and a few index builds".into(),
+        topology: Topology { workers: 2 },
+        engine: EngineConfig {
+            concurrency: 2,
+            notify_peers: true,
+            maintenance: vec![MaintenanceKind::Index],
+            lease_ttl: LeaseTtls {
+                index_build_ms: Some(120_000),
+                authz_materialization_ms: Some(120_000),
+                ..LeaseTtls::default()
+            },
+            ..EngineConfig::default()
+        },
+        workload: Workload {
+            enqueue_window_ms: 60_000,
+            jobs: 12,
+            job_fail_rate: 0.3,
+            index_builds: 3,
+            authz_materializations: 2,
+            work_min_ms: 200,
+            work_max_ms: 3_000,
+            ..Workload::default()
+        },
+        phases: Phases { fault_phase_ms: 120_000, heal_phase_ms: 300_000 },
+        bounds: Bounds {
+            claim_bound_ms: 20_000,
+            recovery_bound_ms: 40_000,
+            permit_release_slack_ms: 5_000,
+            materialize_bound_ms: 240_000,
+            completion_bound_ms: 280_000,
+            fresh_index_after_heal_ms: None,
+        },
+        faults: FaultLimits::default(),
+        coverage: CoverageSpec::default(),
+    }
+}
+
+#[test]
+fn a_world_built_in_rust_passes() {
+    let report = Simulation::from_scenario(two_workers()).seeds(1..=30).run();
+    report.assert_passes();
+    assert_eq!(report.runs.len(), 30);
+    assert!(report.summary.fault_counts.values().sum::<u64>() > 0, "faults were injected");
+    assert!(report.outcomes().all(|o| o.tasks["done"] + o.tasks["dead"] == o.tasks.values().sum::<u64>()));
+}
+
+#[test]
+fn a_defect_is_reported_with_its_replay_lines() {
+    let report = Simulation::from_scenario(two_workers()).seeds(1..=20).defect(Defect::UnfencedCompletion).run();
+    assert!(!report.passed(), "unfenced completions went unnoticed on 20 seeds");
+    let failed: Vec<u64> = report.failures().map(|run| run.seed).collect();
+    assert_eq!(failed, [4, 6, 15, 18, 20], "the same seeds fail on every machine");
+    let first = report.failures().next().expect("a failure").failure.clone().expect("a failed run has a failure");
+    assert_eq!(first.invariant, "fenced-completion");
+    // Replaying that one seed fails the same way.
+    let again = Simulation::from_scenario(two_workers()).seed(first.seed).defect(Defect::UnfencedCompletion).run();
+    assert_eq!(again.summary.failures, [first]);
+
+    let panic = std::panic::catch_unwind(|| report.assert_passes()).expect_err("assert_passes panics");
+    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    assert!(message.starts_with("two-workers: 5 of 20 seeds failed:"), "{message}");
+    for seed in failed {
+        assert!(message.contains(&format!("FAIL two-workers seed {seed}: [fenced-completion]")), "{message}");
+        assert!(message.contains(&format!(".seed({seed})")), "the replay line of seed {seed}: {message}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "Simulation::scenario: unknown scenario 'no-such-world'")]
+fn an_unknown_scenario_panics() {
+    Simulation::scenario("no-such-world");
+}
+
+#[test]
+#[should_panic(expected = "Simulation::from_scenario(two-workers): topology.workers")]
+fn a_world_that_cannot_exist_panics() {
+    Simulation::from_scenario(Scenario { topology: Topology { workers: 0 }, ..two_workers() });
+}
