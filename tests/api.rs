@@ -93,3 +93,12 @@ fn an_unknown_scenario_panics() {
 fn a_world_that_cannot_exist_panics() {
     Simulation::from_scenario(Scenario { topology: Topology { workers: 0 }, ..two_workers() });
 }
+
+/// README.md shows the world and the first test as they are here.
+#[test]
+fn the_readme_shows_this_code() {
+    let (readme, this) = (include_str!("../README.md"), include_str!("api.rs"));
+    let from = this.find("/// Two workers;").expect("the world");
+    let to = this.find("#[test]\nfn a_defect").expect("the defect test");
+    assert!(readme.contains(this[from..to].trim_end()), "README.md's sample differs from tests/api.rs: copy it over");
+}
