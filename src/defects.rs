@@ -156,10 +156,7 @@ mod tests {
         sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
         let reads = |defect: Defect| -> Vec<String> {
             let call = format!("defects.on(Defect::{defect:?})");
-            files
-                .iter()
-                .flat_map(|(path, text)| text.matches(&call).map(move |_| path.display().to_string()))
-                .collect()
+            files.iter().flat_map(|(path, text)| text.matches(&call).map(move |_| path.display().to_string())).collect()
         };
         for defect in Defect::ALL {
             let places = reads(defect);

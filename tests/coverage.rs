@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{spec, scenarios};
+use common::{scenarios, spec};
 use leasesim_sim::runner;
 use std::collections::BTreeSet;
 

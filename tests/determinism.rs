@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{hash_of, spec, scenarios};
+use common::{hash_of, scenarios, spec};
 use std::process::Command;
 
 #[test]

@@ -63,18 +63,24 @@ impl Knobs {
             Some(all) if all == "all" => builtin,
             Some(name) if builtin.contains(&name) => vec![name],
             Some(name) => {
-                panic!("LEASESIM_SCENARIO={name:?}: no such built-in scenario (built-in: {}, or all)", builtin.join(", "))
+                panic!(
+                    "LEASESIM_SCENARIO={name:?}: no such built-in scenario (built-in: {}, or all)",
+                    builtin.join(", ")
+                )
             }
         };
         let defects = var("LEASESIM_DEFECT")
             .map(|list| {
-                list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(|name| {
-                    Defect::from_name(name).unwrap_or_else(|| {
-                        let known: Vec<&str> = Defect::ALL.iter().map(|d| d.name()).collect();
-                        panic!("LEASESIM_DEFECT: unknown defect {name:?} (known: {})", known.join(", "))
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(|name| {
+                        Defect::from_name(name).unwrap_or_else(|| {
+                            let known: Vec<&str> = Defect::ALL.iter().map(|d| d.name()).collect();
+                            panic!("LEASESIM_DEFECT: unknown defect {name:?} (known: {})", known.join(", "))
+                        })
                     })
-                })
-                .collect()
+                    .collect()
             })
             .unwrap_or_default();
         Knobs { seeds, scenarios, defects }

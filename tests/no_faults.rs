@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{spec, scenarios};
+use common::{scenarios, spec};
 use leasesim_sim::runner::{self, PlanSource};
 
 const SEEDS: u64 = 200;

@@ -223,7 +223,11 @@ impl Simulation {
         for f in &mut summary.failures {
             *f = self.replayable(f.clone());
         }
-        Report { scenario: self.target.scenario.name.clone(), runs: runs.into_iter().map(|(_, r)| r).collect(), summary }
+        Report {
+            scenario: self.target.scenario.name.clone(),
+            runs: runs.into_iter().map(|(_, r)| r).collect(),
+            summary,
+        }
     }
 
     /// A failure whose replay line works: a scenario built in code has no
