@@ -105,10 +105,10 @@ fn swarm_with_faults_on_every_builtin_scenario() {
     let (start, end) = knobs.seeds;
     let defects: Vec<&str> = knobs.defects.iter().map(|d| d.name()).collect();
     println!(
-        "fuzz: seeds {start}..={} on {} ({}), faults drawn from each seed, defects: {}",
+        "fuzz: seeds {start}..={} on {} scenarios ({}), faults drawn from each seed, defects: {}",
         end - 1,
-        knobs.scenarios.join(", "),
         knobs.scenarios.len(),
+        knobs.scenarios.join(", "),
         if defects.is_empty() { "none".to_string() } else { defects.join(", ") }
     );
     let mut seed_lines = Vec::new();
