@@ -151,7 +151,23 @@ impl StoreNode {
         // transaction is aborted with nothing applied.
         let timeout_ms = match &req {
             Request::Maintain { timeout_ms, .. } => *timeout_ms,
-            _ => None,
+            // Other statements run under the caller's deadline only.
+            Request::Enqueue { .. }
+            | Request::CreatePipeline { .. }
+            | Request::Claim { .. }
+            | Request::Heartbeat { .. }
+            | Request::Renew { .. }
+            | Request::LeaseValid { .. }
+            | Request::Complete { .. }
+            | Request::Fail { .. }
+            | Request::ClearStageLink { .. }
+            | Request::ReleaseDead { .. }
+            | Request::ReleaseOrphans { .. }
+            | Request::ReclaimExpired { .. }
+            | Request::Repair { .. }
+            | Request::PipelineSnapshot { .. }
+            | Request::EnqueueStage { .. }
+            | Request::QueryIndex { .. } => None,
         };
         let front = self.front(id, arrived_ms, req, duplicate);
         let front = match timeout_ms {
@@ -198,6 +214,27 @@ impl StoreNode {
     /// The faults on the way in, then the engine's store: everything up to
     /// the answer.
     async fn front(&self, id: u64, arrived_ms: u64, req: Request, duplicate: bool) -> Front {
+        // A duplicate's answer has no caller: it is lost whatever happens.
+        let mut after = if duplicate { After::Lose } else { After::Send };
+        if let Some(front) = self.arrival_faults(&req, &mut after).await {
+            return front;
+        }
+        if let Some(front) = self.transaction_faults(&req, &mut after).await {
+            return front;
+        }
+        self.stale_poll(&req, &mut after);
+        self.message_delay(&req, &mut after).await;
+        if duplicate {
+            after = After::Lose;
+        }
+        let resp = self.apply(id, arrived_ms, req, &after).await;
+        Front::Answered(resp, after)
+    }
+
+    /// Faults before the store has the request: a stall holds it, a missed
+    /// heartbeat or a lost request drops it (a lost reply is decided here
+    /// too), a hung maintenance pass never gets further.
+    async fn arrival_faults(&self, req: &Request, after: &mut After) -> Option<Front> {
         let f = &self.faults;
         let op = req.op_name();
         if let Some(stall) = f.active(FaultKind::StoreStall) {
@@ -205,22 +242,20 @@ impl StoreNode {
             let wait_ms = stall.end_ms().saturating_sub(f.now_ms());
             f.hold(wait_ms as i64).await;
         }
-        if let Request::Heartbeat { owner } = &req {
+        if let Request::Heartbeat { owner } = req {
             if f.active_for(FaultKind::MissedHeartbeat, owner.proc).is_some() {
                 f.inject(FaultKind::MissedHeartbeat, format!("heartbeat of {owner} dropped"));
-                return Front::Dropped;
+                return Some(Front::Dropped);
             }
         }
-        // A duplicate's answer has no caller: it is lost whatever happens.
-        let mut after = if duplicate { After::Lose } else { After::Send };
         if f.roll(FaultKind::MessageLoss).is_some() {
             if chance(0.5) {
                 f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
-                return Front::Dropped;
+                return Some(Front::Dropped);
             }
-            after = After::Lose;
+            *after = After::Lose;
         }
-        if let Request::Maintain { kind, owner, .. } = &req {
+        if let Request::Maintain { kind, owner, .. } = req {
             if f.roll(FaultKind::HungMaintenance).is_some() {
                 // The pass's work never finishes (a lock it waits on, a
                 // statement that never returns); only its statement timeout,
@@ -229,6 +264,15 @@ impl StoreNode {
                 std::future::pending::<()>().await;
             }
         }
+        None
+    }
+
+    /// Faults of the request's transaction: an outcome write or lease check
+    /// that hangs (before it applies, or its reply), a write that times out,
+    /// a serialization failure.
+    async fn transaction_faults(&self, req: &Request, after: &mut After) -> Option<Front> {
+        let f = &self.faults;
+        let op = req.op_name();
         if req.is_outcome_write() || matches!(req, Request::LeaseValid { .. }) {
             if let Some(e) = f.roll(FaultKind::HungFinalization) {
                 let magnitude = e.magnitude_ms;
@@ -237,45 +281,44 @@ impl StoreNode {
                     f.hold(magnitude).await;
                 } else {
                     f.inject(FaultKind::HungFinalization, format!("{op} applies, its reply is held"));
-                    after = After::Hold(magnitude);
+                    *after = After::Hold(magnitude);
                 }
             }
         }
-        if is_write(&req) {
+        if is_write(req) {
             if let Some(e) = f.roll(FaultKind::TxnTimeout) {
                 let magnitude = e.magnitude_ms;
                 f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
-                return Front::Refused(Response::Rejected { reason: Rejection::Conflict }, Some(FaultKind::TxnTimeout));
+                let refused = Response::Rejected { reason: Rejection::Conflict };
+                return Some(Front::Refused(refused, Some(FaultKind::TxnTimeout)));
             }
         }
-        if changes_rows(&req) && f.roll(FaultKind::SerializationFailure).is_some() {
+        if changes_rows(req) && f.roll(FaultKind::SerializationFailure).is_some() {
             // A concurrent transaction touched the same rows: the database
             // aborts this one at once and tells the caller to retry.
             f.inject(FaultKind::SerializationFailure, format!("{op} aborted by a serialization failure"));
-            return Front::Refused(
-                Response::Rejected { reason: Rejection::Conflict },
-                Some(FaultKind::SerializationFailure),
-            );
+            let refused = Response::Rejected { reason: Rejection::Conflict };
+            return Some(Front::Refused(refused, Some(FaultKind::SerializationFailure)));
         }
-        self.stale_poll(&req, &mut after);
+        None
+    }
+
+    /// A late message: either leg can be slow. A late request applies late,
+    /// a late reply answers with what was true earlier.
+    async fn message_delay(&self, req: &Request, after: &mut After) {
+        let f = &self.faults;
+        let op = req.op_name();
         if let Some(e) = f.roll(FaultKind::MessageDelay) {
-            // Either leg can be slow: a late request applies late, a late
-            // reply answers with what was true earlier.
             let delay_ms = upto(e.magnitude_ms.max(0) as u64);
             if chance(0.5) {
                 f.inject(FaultKind::MessageDelay, format!("{op} request delayed {delay_ms} ms"));
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             } else if matches!(after, After::Send) {
                 f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
-                after = After::Delay(delay_ms);
+                *after = After::Delay(delay_ms);
             }
         }
-        if duplicate {
-            after = After::Lose;
-        }
-        let resp = self.apply(id, arrived_ms, req, &after).await;
-        Front::Answered(resp, after)
     }
 
     /// Stale polls: a long poll whose caller dies while it is open, or a
@@ -300,7 +343,22 @@ impl StoreNode {
                     *after = After::Delay(delay_ms);
                 }
             }
-            _ => {}
+            // Not polls.
+            Request::Enqueue { .. }
+            | Request::CreatePipeline { .. }
+            | Request::Heartbeat { .. }
+            | Request::Renew { .. }
+            | Request::LeaseValid { .. }
+            | Request::Complete { .. }
+            | Request::Fail { .. }
+            | Request::ClearStageLink { .. }
+            | Request::ReleaseDead { .. }
+            | Request::ReleaseOrphans { .. }
+            | Request::ReclaimExpired { .. }
+            | Request::Repair { .. }
+            | Request::Maintain { .. }
+            | Request::EnqueueStage { .. }
+            | Request::QueryIndex { .. } => {}
         }
     }
 
@@ -397,7 +455,20 @@ pub fn may_duplicate(req: &Request) -> bool {
     match req {
         Request::Maintain { .. } | Request::QueryIndex { .. } => false,
         Request::Claim { wait_ms, .. } => *wait_ms == 0,
-        _ => true,
+        Request::Enqueue { .. }
+        | Request::CreatePipeline { .. }
+        | Request::Heartbeat { .. }
+        | Request::Renew { .. }
+        | Request::LeaseValid { .. }
+        | Request::Complete { .. }
+        | Request::Fail { .. }
+        | Request::ClearStageLink { .. }
+        | Request::ReleaseDead { .. }
+        | Request::ReleaseOrphans { .. }
+        | Request::ReclaimExpired { .. }
+        | Request::Repair { .. }
+        | Request::PipelineSnapshot { .. }
+        | Request::EnqueueStage { .. } => true,
     }
 }
 
