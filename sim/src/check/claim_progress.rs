@@ -33,6 +33,8 @@ pub struct ClaimProgress {
     last_full: BTreeMap<Owner, u64>,
     /// Tasks already reported (only the first violation per task is kept).
     reported: BTreeSet<TaskId>,
+    /// The millisecond last judged.
+    judged_ms: Option<u64>,
     evaluations: u64,
 }
 
@@ -151,6 +153,13 @@ impl Checker for ClaimProgress {
                 self.last_full.insert(*on, now);
             }
         }
+        // Judged at the first record of each millisecond: a task or poll
+        // that waits too long at one record of it already did at the first
+        // (time alone makes it late; a claim or answer only ends the wait).
+        if self.judged_ms == Some(now) {
+            return;
+        }
+        self.judged_ms = Some(now);
         if let Some(heal) = ctx.view.heal_ms {
             self.judge_due(now, heal, ctx, out);
         }
