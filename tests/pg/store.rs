@@ -75,6 +75,9 @@ impl PgStore {
     /// Creates the schema in the connected (empty) database.
     pub fn create(mut client: Client) -> Result<PgStore, Error> {
         client.batch_execute(include_str!("schema.sql"))?;
+        for (name, sql) in TABLES {
+            client.batch_execute(&format!("PREPARE {name} AS {sql}"))?;
+        }
         Ok(PgStore { client, cfg: EngineConfig::default(), statements: HashMap::new() })
     }
 
@@ -586,21 +589,30 @@ pub fn describe(e: &Error) -> String {
 // Reading every row back, and the conversions.
 // ---------------------------------------------------------------------------
 
+/// The reads of every table, prepared once per session ([`PgStore::create`])
+/// and executed together by [`PgStore::rows`] after every request: one round
+/// trip, no planning (a third of the test's time when planned every time).
+const TABLES: [(&str, &str); 6] = [
+    (
+        "rows_tasks",
+        "SELECT id, kind, grp, stage_pipeline, stage_index, index_id, not_before_ms, state, owner_proc,
+                owner_incarnation, attempt, lease_expiry_ms, retries, retry_at_ms, updated_ms, repair_count,
+                enqueue_key, completed_proc, completed_incarnation
+         FROM tasks ORDER BY id",
+    ),
+    ("rows_stages", "SELECT pipeline, stage_index, task_id, done FROM stages ORDER BY pipeline, stage_index"),
+    ("rows_built", "SELECT index_id, task_id FROM built_indexes ORDER BY index_id"),
+    ("rows_materialized", "SELECT index_id FROM materialized_indexes ORDER BY index_id"),
+    ("rows_heartbeats", "SELECT proc, incarnation, last_ms FROM heartbeats ORDER BY proc, incarnation"),
+    ("rows_repair", "SELECT grp, misses, next_at_ms FROM group_repair ORDER BY grp"),
+];
+
 impl PgStore {
     /// Every row of every table, in one round trip (text protocol).
     pub fn rows(&mut self) -> Result<Rows, Error> {
-        const SQL: &str = "
-            SELECT id, kind, grp, stage_pipeline, stage_index, index_id, not_before_ms, state, owner_proc,
-                   owner_incarnation, attempt, lease_expiry_ms, retries, retry_at_ms, updated_ms, repair_count,
-                   enqueue_key, completed_proc, completed_incarnation
-            FROM tasks ORDER BY id;
-            SELECT pipeline, stage_index, task_id, done FROM stages ORDER BY pipeline, stage_index;
-            SELECT index_id, task_id FROM built_indexes ORDER BY index_id;
-            SELECT index_id FROM materialized_indexes ORDER BY index_id;
-            SELECT proc, incarnation, last_ms FROM heartbeats ORDER BY proc, incarnation;
-            SELECT grp, misses, next_at_ms FROM group_repair ORDER BY grp";
+        let sql: String = TABLES.iter().map(|(name, _)| format!("EXECUTE {name};")).collect();
         let mut tables: Vec<Vec<SimpleQueryRow>> = vec![Vec::new()];
-        for message in self.client.simple_query(SQL)? {
+        for message in self.client.simple_query(&sql)? {
             match message {
                 SimpleQueryMessage::Row(row) => tables.last_mut().expect("a table is open").push(row),
                 SimpleQueryMessage::CommandComplete(_) => tables.push(Vec::new()),
