@@ -35,7 +35,8 @@ use proptest::test_runner::{FileFailurePersistence, RngSeed, TestRunner};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const REGRESSIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pg_conformance.proptest-regressions");
 const JANITOR: Owner = Owner { proc: 99, incarnation: 0 };
@@ -90,16 +91,27 @@ fn a_pass_past_its_statement_timeout_applies_nothing(cluster: &mut Cluster, pg: 
     both(&Request::Complete { fence: Fence { task: 1, attempt: 1, owner } });
     let pass = |timeout_ms| Request::Maintain { owner, kind: MaintenanceKind::Index, timeout_ms };
 
+    // The other session holds the lock until told, or for 10 s at most: a
+    // pass that ignored its timeout would wait that long, then apply.
     let mut blocker = cluster.connect().expect("a second session");
-    let mut lock = blocker.transaction().expect("begin");
-    lock.execute("SELECT 1 FROM built_indexes FOR UPDATE", &[]).expect("lock the built index");
-    let e = pg.apply(0, &pass(Some(200))).expect_err("the pass waits on the lock until its statement timeout");
+    let (locked, release) = (mpsc::channel(), mpsc::channel::<()>());
+    let holder = std::thread::spawn(move || {
+        let mut lock = blocker.transaction().expect("begin");
+        lock.execute("SELECT 1 FROM built_indexes FOR UPDATE", &[]).expect("lock the built index");
+        locked.0.send(()).expect("say it is locked");
+        let _ = release.1.recv_timeout(Duration::from_secs(10));
+        lock.rollback().expect("release the lock");
+    });
+    locked.1.recv().expect("the lock is held");
+    let timed_out = pg.apply(0, &pass(Some(200)));
+    release.0.send(()).expect("release the lock");
+    holder.join().expect("the lock holder");
+    let e = timed_out.expect_err("the pass waits on the lock until its statement timeout");
     assert_eq!(e.code(), Some(&SqlState::QUERY_CANCELED), "{}", describe(&e));
     let rows = pg.rows().expect("read the rows");
     assert_eq!(Rows::of_model(&model).difference(&rows), None, "a timed-out pass applied something");
     assert_eq!(rows.built.len(), 1);
 
-    lock.rollback().expect("release the lock");
     let want = model.apply(0, &pass(None), &NullObserver);
     assert_eq!(pg.apply(0, &pass(Some(5_000))).map_err(|e| describe(&e)), Ok(want));
     let rows = pg.rows().expect("read the rows");
