@@ -5,6 +5,7 @@
 compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
 
 pub mod bench;
+pub mod bench_suite;
 pub mod check;
 pub mod cli;
 pub mod corpus;

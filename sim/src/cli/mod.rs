@@ -4,6 +4,7 @@
 //! 2 bad input (a flag, a file, a name). Errors are one line, naming the input.
 
 mod bench;
+mod bench_suite;
 mod common;
 mod fuzz;
 mod list;
