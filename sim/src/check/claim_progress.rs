@@ -67,6 +67,10 @@ impl ClaimProgress {
 
     fn judge_due(&mut self, now: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         let bound = ctx.scenario.bounds.claim_bound_ms;
+        // The idle owner depends on the moment only, not on the task: looked
+        // for once per judgement (with hundreds of due tasks this look was
+        // most of a campaign's time).
+        let mut idle: Option<Option<Owner>> = None;
         for &id in &ctx.view.ready {
             if self.reported.contains(&id) {
                 continue;
@@ -82,7 +86,7 @@ impl ClaimProgress {
             if now <= since + bound {
                 continue;
             }
-            let Some(owner) = self.idle_owner(ctx, now - bound, now) else { continue };
+            let Some(owner) = *idle.get_or_insert_with(|| self.idle_owner(ctx, now - bound, now)) else { continue };
             self.reported.insert(id);
             out.push(
                 Violation::new(
