@@ -29,18 +29,20 @@ use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
 use pg::cluster::{self, Cluster};
 use pg::store::{describe, PgStore};
 use pg::Rows;
+use postgres::error::SqlState;
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, RngSeed, TestRunner};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const REGRESSIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pg_conformance.proptest-regressions");
 const JANITOR: Owner = Owner { proc: 99, incarnation: 0 };
 const SEQUENCES: u32 = 1_000;
 /// A chunk is one op, or a clock jump and one op.
-const MAX_CHUNKS: usize = 40;
+const MAX_CHUNKS: usize = 36;
 
 #[test]
 fn store_model_agrees_with_postgres() {
@@ -57,6 +59,7 @@ fn store_model_agrees_with_postgres() {
     if let Err(failure) = result {
         panic!("pg_conformance: the store model and PostgreSQL {version} disagree: {failure}");
     }
+    a_pass_past_its_statement_timeout_applies_nothing(&mut cluster, &mut pg.borrow_mut());
     let tally = tally.into_inner();
     say(&format!(
         "pg_conformance: {} sequences, {} requests: the model agrees with PostgreSQL {version} ({:.1} s)",
@@ -64,6 +67,57 @@ fn store_model_agrees_with_postgres() {
         tally.requests,
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// A maintenance pass past its statement timeout applies nothing, in
+/// PostgreSQL as in the store process (`StoreServer::handle` answers
+/// `TimedOut` and never calls `Store::apply`, so the sequences cannot show
+/// it): here the pass waits on a row lock another session holds (the
+/// `hung-maintenance` fault's "a lock it waits on") until `statement_timeout`
+/// cancels it; the whole transaction rolls back. Once the lock is gone the
+/// same pass applies what `Store::apply` applies.
+fn a_pass_past_its_statement_timeout_applies_nothing(cluster: &mut Cluster, pg: &mut PgStore) {
+    let cfg = EngineConfig::default();
+    pg.reset(&cfg).expect("reset the store");
+    let mut model = Store::new(cfg);
+    let owner = Owner { proc: 1, incarnation: 0 };
+    let spec = TaskSpec { kind: TaskKind::IndexBuild, group: None, stage: None, index: Some(7), not_before_ms: 0 };
+    let mut both = |req: &Request| {
+        let got = pg.apply(0, req).unwrap_or_else(|e| panic!("{req:?}: {}", describe(&e)));
+        assert_eq!(model.apply(0, req, &NullObserver), got, "{req:?}");
+    };
+    both(&Request::Enqueue { spec, key: None });
+    both(&Request::Claim { owner, max: 1, wait_ms: 0 });
+    both(&Request::Complete { fence: Fence { task: 1, attempt: 1, owner } });
+    let pass = |timeout_ms| Request::Maintain { owner, kind: MaintenanceKind::Index, timeout_ms };
+
+    // The other session holds the lock until told, or for 10 s at most: a
+    // pass that ignored its timeout would wait that long, then apply.
+    let mut blocker = cluster.connect().expect("a second session");
+    let (locked, release) = (mpsc::channel(), mpsc::channel::<()>());
+    let holder = std::thread::spawn(move || {
+        let mut lock = blocker.transaction().expect("begin");
+        lock.execute("SELECT 1 FROM built_indexes FOR UPDATE", &[]).expect("lock the built index");
+        locked.0.send(()).expect("say it is locked");
+        let _ = release.1.recv_timeout(Duration::from_secs(10));
+        lock.rollback().expect("release the lock");
+    });
+    locked.1.recv().expect("the lock is held");
+    let timed_out = pg.apply(0, &pass(Some(200)));
+    // (The holder is gone already if the pass waited it out.)
+    let _ = release.0.send(());
+    holder.join().expect("the lock holder");
+    let e = timed_out.expect_err("the pass waits on the lock until its statement timeout");
+    assert_eq!(e.code(), Some(&SqlState::QUERY_CANCELED), "{}", describe(&e));
+    let rows = pg.rows().expect("read the rows");
+    assert_eq!(Rows::of_model(&model).difference(&rows), None, "a timed-out pass applied something");
+    assert_eq!(rows.built.len(), 1);
+
+    let want = model.apply(0, &pass(None), &NullObserver);
+    assert_eq!(pg.apply(0, &pass(Some(5_000))).map_err(|e| describe(&e)), Ok(want));
+    let rows = pg.rows().expect("read the rows");
+    assert_eq!(Rows::of_model(&model).difference(&rows), None);
+    assert_eq!(rows.materialized, vec![7]);
 }
 
 /// A running cluster, or `None` (after saying so) where no server binaries
@@ -144,23 +198,25 @@ fn check_sequence(
             return Err(TestCaseError::fail(format!("after step {step} at {now} ms: {req:?}: {difference}")));
         }
         tally.record(&req, &want, &situations);
-        world.answered(&want);
+        world.answered(&req, &want);
     }
     tally.sequences += 1;
     Ok(())
 }
 
-/// The generator's view of a run: the model, the clock, what was granted.
+/// The generator's view of a run: the model, the clock, what was granted,
+/// the last completion that applied.
 struct World {
     store: Store,
     cfg: EngineConfig,
     now_ms: u64,
     granted: Vec<Fence>,
+    last_completed: Option<Fence>,
 }
 
 impl World {
     fn new(cfg: EngineConfig) -> World {
-        World { store: Store::new(cfg.clone()), cfg, now_ms: 0, granted: Vec::new() }
+        World { store: Store::new(cfg.clone()), cfg, now_ms: 0, granted: Vec::new(), last_completed: None }
     }
 
     /// The request `op` makes now, or `None` for a clock step.
@@ -179,10 +235,10 @@ impl World {
                 }
                 return None;
             }
-            Op::Enqueue { kind, group, index, stage, delay_ms } => {
+            Op::Enqueue { kind, group, index, stage, delay_ms, key } => {
                 let not_before_ms = delay_ms.map_or(0, |d| now + d);
                 let spec = TaskSpec { kind: *kind, group: *group, stage: *stage, index: *index, not_before_ms };
-                Request::Enqueue { spec, key: None }
+                Request::Enqueue { spec, key: *key }
             }
             Op::CreatePipeline { pipeline, stages } => Request::CreatePipeline { pipeline: *pipeline, stages: *stages },
             Op::Claim { owner, max } => Request::Claim { owner: *owner, max: *max, wait_ms: 0 },
@@ -196,16 +252,20 @@ impl World {
             Op::ReleaseOrphans(orphans) => self.release_orphans(orphans),
             Op::ReclaimExpired => Request::ReclaimExpired { by: JANITOR },
             Op::Repair => Request::Repair { by: JANITOR },
-            Op::Maintain(owner, kind) => Request::Maintain { owner: *owner, kind: *kind, timeout_ms: None },
+            Op::Maintain(owner, kind, timeout_ms) => {
+                Request::Maintain { owner: *owner, kind: *kind, timeout_ms: *timeout_ms }
+            }
             Op::PipelineSnapshot => Request::PipelineSnapshot { by: JANITOR },
             Op::EnqueueStage(pick) => Request::EnqueueStage { stage: self.stage(*pick) },
             Op::QueryIndex(index) => Request::QueryIndex { index: *index, lag_timeout_ms: 0 },
         })
     }
 
-    fn answered(&mut self, resp: &Response) {
-        if let Response::Claimed { grants } = resp {
-            self.granted.extend(grants.iter().map(|g| g.fence));
+    fn answered(&mut self, req: &Request, resp: &Response) {
+        match (req, resp) {
+            (_, Response::Claimed { grants }) => self.granted.extend(grants.iter().map(|g| g.fence)),
+            (Request::Complete { fence }, Response::Applied { .. }) => self.last_completed = Some(*fence),
+            _ => {}
         }
     }
 
@@ -240,6 +300,15 @@ impl World {
                 Fence { attempt, ..fence }
             }
             Pick::Missing(i) => Fence { task: 1_000 + i as TaskId, ..granted_at(i) },
+            Pick::LastCompleted => self.last_completed.unwrap_or_else(|| granted_at(0)),
+            Pick::Completed(i, other_owner) => {
+                let completions: Vec<Fence> = self.store.completions().collect();
+                let fence = match completions.len() {
+                    0 => granted_at(i),
+                    n => completions[i % n],
+                };
+                Fence { owner: other_owner.unwrap_or(fence.owner), ..fence }
+            }
         }
     }
 
@@ -303,13 +372,90 @@ impl World {
             Request::EnqueueStage { stage } => self.store.stage(*stage),
             _ => None,
         };
-        let labels = [
+        let mut labels = vec![
             (self.runs_at_edge(req), "at an edge"),
             (look_due, "at a repair look"),
             (stage.is_some_and(|row| row.done), "on a done stage"),
             (stage.is_some_and(|row| row.task.is_some()), "on a linked stage"),
         ];
+        labels.extend(self.keys_and_retries(req));
+        labels.extend(self.indexes(req));
+        labels.extend(self.liveness_and_lists(req));
         labels.into_iter().filter(|(hit, _)| *hit).map(|(_, label)| label).collect()
+    }
+
+    /// Repeated enqueue keys, and completions retried or made on done tasks.
+    fn keys_and_retries(&self, req: &Request) -> Vec<(bool, &'static str)> {
+        match req {
+            Request::Enqueue { spec, key } => {
+                let keyed = key.and_then(|k| self.store.enqueue_keys().find(|&(seen, _)| seen == k));
+                let same_spec = keyed.and_then(|(_, task)| self.store.task(task)).is_some_and(|t| t.spec == *spec);
+                vec![
+                    (key.is_some() && keyed.is_none(), "new key"),
+                    (keyed.is_some(), "repeated key"),
+                    (keyed.is_some() && !same_spec, "repeated key, other spec"),
+                ]
+            }
+            Request::Complete { fence } => {
+                let completer = self.store.completions().find(|c| c.task == fence.task);
+                let retries = self.store.task(fence.task).map_or(0, |t| t.retries);
+                vec![
+                    (completer == Some(*fence), "retried by its completer"),
+                    (completer == Some(*fence) && retries > 0, "retried by its completer after failures"),
+                    (completer.is_some_and(|c| c.attempt != fence.attempt), "on a done task, stale attempt"),
+                    (
+                        completer.is_some_and(|c| c.attempt == fence.attempt && c.owner != fence.owner),
+                        "on a done task, completer's attempt, other owner",
+                    ),
+                ]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Index builds that complete, passes that finalize them, queries between.
+    fn indexes(&self, req: &Request) -> Vec<(bool, &'static str)> {
+        let built = |index: IndexId| self.store.built_by().any(|(i, _)| i == index);
+        match req {
+            Request::Complete { fence } => {
+                let task = self.store.task(fence.task).filter(|t| t.state == TaskState::Leased);
+                let build = task.filter(|t| t.spec.kind == TaskKind::IndexBuild).and_then(|t| t.spec.index);
+                vec![
+                    (build.is_some(), "completes an index build"),
+                    (build.is_some_and(built), "completes a build of a built index"),
+                    (build.is_some_and(|i| self.store.is_materialized(i)), "completes a build of a materialized index"),
+                ]
+            }
+            Request::Maintain { kind, .. } => {
+                let index_pass = *kind == MaintenanceKind::Index;
+                let any_built = self.store.built_by().next().is_some();
+                vec![
+                    (index_pass && any_built, "index pass finalizes"),
+                    (index_pass && !any_built, "index pass, nothing built"),
+                    (!index_pass && any_built, "other pass, an index built"),
+                ]
+            }
+            Request::QueryIndex { index, .. } => vec![(built(*index), "built, not finalized")],
+            _ => vec![],
+        }
+    }
+
+    /// First claims (a sign of life), and orphan lists made before a grant or
+    /// on a clock ahead of the store's.
+    fn liveness_and_lists(&self, req: &Request) -> Vec<(bool, &'static str)> {
+        match req {
+            Request::Claim { owner, .. } => {
+                vec![(self.store.heartbeats().all(|(o, _)| o != *owner), "first claim of an owner")]
+            }
+            Request::ReleaseOrphans { owner, as_of_ms, .. } => {
+                let mut mine = self.store.tasks().filter(|t| t.state == TaskState::Leased && t.owner == Some(*owner));
+                vec![
+                    (mine.any(|t| t.updated_ms > *as_of_ms), "as of before a grant"),
+                    (*as_of_ms > self.now_ms, "as of after now"),
+                ]
+            }
+            _ => vec![],
+        }
     }
 
     /// Does `req` run exactly at an instant where its answer turns?
@@ -407,6 +553,11 @@ enum Pick {
     OtherAttempt(usize, bool),
     /// A fence of a task that does not exist.
     Missing(usize),
+    /// The fence of the last completion that applied: its retry.
+    LastCompleted,
+    /// The fence that completed a done task (modulo the done ones), or the
+    /// same attempt carrying another owner.
+    Completed(usize, Option<Owner>),
 }
 
 /// The `older_than_ms` orphan releases use most, and an edge of the clock.
@@ -461,6 +612,8 @@ enum Op {
         stage: Option<StageRef>,
         /// None: due at once (not_before 0); Some(d): not before now + d.
         delay_ms: Option<u64>,
+        /// The idempotency key (few keys: repeats are common).
+        key: Option<u64>,
     },
     CreatePipeline {
         pipeline: GroupId,
@@ -480,7 +633,7 @@ enum Op {
     ReleaseOrphans(Orphans),
     ReclaimExpired,
     Repair,
-    Maintain(Owner, MaintenanceKind),
+    Maintain(Owner, MaintenanceKind, Option<u64>),
     PipelineSnapshot,
     EnqueueStage(StagePick),
     QueryIndex(IndexId),
@@ -495,7 +648,14 @@ enum Op {
 fn sequence() -> impl Strategy<Value = (Deployment, Vec<Op>)> {
     let deployment = prop_oneof![Just(Deployment::Default), Just(Deployment::Tight)];
     let single = op().prop_map(|op| vec![op]);
-    let chunk = prop_oneof![8 => single, 2 => at_edge(), 1 => task_story(), 1 => stage_story()];
+    let chunk = prop_oneof![
+        8 => single,
+        2 => at_edge(),
+        1 => task_story(),
+        1 => stage_story(),
+        1 => retry_story(),
+        1 => index_story(),
+    ];
     (deployment, proptest::collection::vec(chunk, 1..=MAX_CHUNKS).prop_map(|chunks| chunks.concat()))
 }
 
@@ -533,13 +693,86 @@ fn task_story() -> impl Strategy<Value = Vec<Op>> {
         1 => Just(Op::Renew(Pick::Newest)),
     ];
     (kind, group, index(), owner(), finish).prop_map(|(kind, group, index, owner, finish)| {
-        let enqueue = Op::Enqueue { kind, group, index: Some(index), stage: None, delay_ms: None };
+        let enqueue = Op::Enqueue { kind, group, index: Some(index), stage: None, delay_ms: None, key: None };
         let mut ops = vec![enqueue, Op::Claim { owner, max: 3 }, finish];
         if kind == TaskKind::IndexBuild {
             ops.push(Op::QueryIndex(index));
         }
         ops
     })
+}
+
+/// An enqueue sent again with its key (its first answer lost), perhaps with
+/// another spec; the task claimed, perhaps failed once and claimed again
+/// when due, and completed; then the completion sent again: by the attempt
+/// that made it (applied again, nothing changes), by the same attempt with
+/// another owner, or by a fence granted earlier.
+fn retry_story() -> impl Strategy<Value = Vec<Op>> {
+    let kind = || proptest::sample::select(TaskKind::ALL.to_vec());
+    let retry = prop_oneof![
+        3 => Just(Pick::LastCompleted),
+        1 => (0usize..8).prop_map(|i| Pick::Completed(i, None)),
+        1 => (0usize..8, owner()).prop_map(|(i, o)| Pick::Completed(i, Some(o))),
+        1 => (0usize..64).prop_map(Pick::Granted),
+    ];
+    (key(), kind(), kind(), owner(), any::<bool>(), retry).prop_map(
+        |(key, kind, kind_again, owner, fails_first, retry)| {
+            let enqueue =
+                |kind| Op::Enqueue { kind, group: None, index: None, stage: None, delay_ms: None, key: Some(key) };
+            let mut ops = vec![enqueue(kind), enqueue(kind_again), Op::Claim { owner, max: 3 }];
+            if fails_first {
+                ops.extend([
+                    Op::Fail(Pick::Newest, TaskError::Conflict),
+                    Op::AdvanceToEdge(Edge::RetryAt, 0, 0),
+                    Op::Claim { owner, max: 3 },
+                ]);
+            }
+            ops.extend([Op::Complete(Pick::Newest), Op::Complete(retry)]);
+            ops
+        },
+    )
+}
+
+/// One or two builds of an index complete; the index is queried before any
+/// pass, after a pass of another kind (still pending) and after an index
+/// pass (materialized); perhaps it is built again, which builds nothing.
+fn index_story() -> impl Strategy<Value = Vec<Op>> {
+    let other_pass =
+        proptest::sample::select(vec![MaintenanceKind::Bucket, MaintenanceKind::Tenant, MaintenanceKind::Pipeline]);
+    (index(), owner(), 1usize..=2, other_pass, timeout(), any::<bool>()).prop_map(
+        |(index, owner, builds, other_pass, timeout_ms, rebuild)| {
+            let build = Op::Enqueue {
+                kind: TaskKind::IndexBuild,
+                group: None,
+                index: Some(index),
+                stage: None,
+                delay_ms: None,
+                key: None,
+            };
+            let claim = Op::Claim { owner, max: 3 };
+            let mut ops = vec![build.clone(); builds];
+            ops.extend([claim.clone(), Op::Complete(Pick::Newest)]);
+            if builds == 2 {
+                ops.push(Op::Complete(Pick::Live(0)));
+            }
+            ops.extend([
+                Op::QueryIndex(index),
+                Op::Maintain(owner, other_pass, timeout_ms),
+                Op::QueryIndex(index),
+                Op::Maintain(owner, MaintenanceKind::Index, timeout_ms),
+                Op::QueryIndex(index),
+            ]);
+            if rebuild {
+                ops.extend([
+                    build,
+                    claim,
+                    Op::Complete(Pick::Newest),
+                    Op::Maintain(owner, MaintenanceKind::Index, None),
+                ]);
+            }
+            ops
+        },
+    )
 }
 
 /// A pipeline's stage is enqueued, claimed (if the claim reaches it) and
@@ -582,7 +815,9 @@ fn pick() -> impl Strategy<Value = Pick> {
         3 => i.clone().prop_map(Pick::Granted),
         1 => (i.clone(), owner()).prop_map(|(i, o)| Pick::OtherOwner(i, o)),
         1 => (i.clone(), any::<bool>()).prop_map(|(i, up)| Pick::OtherAttempt(i, up)),
-        1 => i.prop_map(Pick::Missing),
+        1 => i.clone().prop_map(Pick::Missing),
+        1 => Just(Pick::LastCompleted),
+        1 => (i, proptest::option::weighted(0.3, owner())).prop_map(|(i, o)| Pick::Completed(i, o)),
     ]
 }
 
@@ -594,6 +829,18 @@ fn stage() -> impl Strategy<Value = StageRef> {
 /// Two indexes: builds of one index often meet, and queries often find it.
 fn index() -> impl Strategy<Value = IndexId> {
     0u64..2
+}
+
+/// Few idempotency keys: enqueues often repeat one.
+fn key() -> impl Strategy<Value = u64> {
+    0u64..6
+}
+
+/// A maintenance pass's statement timeout. `Store::apply` ignores it (the
+/// store process enforces it); in PostgreSQL it is a real `statement_timeout`,
+/// long enough never to strike here, or 0, which PostgreSQL reads as none.
+fn timeout() -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![2 => Just(None), 1 => Just(Some(0)), 2 => (5_000u64..=60_000).prop_map(Some)]
 }
 
 fn stage_pick() -> impl Strategy<Value = StagePick> {
@@ -626,9 +873,15 @@ fn op() -> impl Strategy<Value = Op> {
     let build_of = proptest::option::weighted(0.7, index());
     let stray_stage = proptest::option::weighted(0.1, stage());
     let delay = proptest::option::of(0u64..30_000);
-    let enqueue = (kind, group, build_of, stray_stage, delay)
-        .prop_map(|(kind, group, index, stage, delay_ms)| Op::Enqueue { kind, group, index, stage, delay_ms });
-    let maintenance = proptest::sample::select(vec![MaintenanceKind::Index, MaintenanceKind::Pipeline]);
+    let keyed = proptest::option::weighted(0.3, key());
+    let enqueue =
+        (kind, group, build_of, stray_stage, delay, keyed).prop_map(|(kind, group, index, stage, delay_ms, key)| {
+            Op::Enqueue { kind, group, index, stage, delay_ms, key }
+        });
+    let maintenance = prop_oneof![
+        3 => Just(MaintenanceKind::Index),
+        1 => proptest::sample::select(vec![MaintenanceKind::Bucket, MaintenanceKind::Tenant, MaintenanceKind::Pipeline]),
+    ];
     let error = prop_oneof![3 => Just(TaskError::Conflict), 1 => Just(TaskError::Fatal)];
     let advance = prop_oneof![4 => 0u64..5_000, 2 => 0u64..70_000, 1 => 0u64..=400_000];
     let edge = proptest::sample::select(vec![
@@ -654,7 +907,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => orphans().prop_map(Op::ReleaseOrphans),
         1 => Just(Op::ReclaimExpired),
         2 => Just(Op::Repair),
-        1 => (owner(), maintenance).prop_map(|(o, k)| Op::Maintain(o, k)),
+        2 => (owner(), maintenance, timeout()).prop_map(|(o, k, t)| Op::Maintain(o, k, t)),
         1 => index().prop_map(Op::QueryIndex),
         4 => advance.prop_map(Op::Advance),
         2 => (edge, nth_edge(), -1i8..=1).prop_map(|(e, i, d)| Op::AdvanceToEdge(e, i, d)),
@@ -667,7 +920,10 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Runs the generator against the model alone and checks that the mix
 /// reaches every outcome worth comparing: each rejection of each fenced
-/// write, every release path, dead tasks, stage guards, materialized indexes.
+/// write, every release path, dead tasks, stage guards, repeated enqueue
+/// keys, completions retried by their own attempt and by others, indexes
+/// built and then materialized by a pass (queried between), first claims,
+/// orphan lists made before a grant.
 #[test]
 fn generator_reaches_every_outcome() {
     use proptest::strategy::ValueTree;
@@ -682,7 +938,7 @@ fn generator_reaches_every_outcome() {
             let situations = world.situations(&req);
             let resp = world.store.apply(world.now_ms, &req, &NullObserver);
             tally.record(&req, &resp, &situations);
-            world.answered(&resp);
+            world.answered(&req, &resp);
         }
     }
     let fenced_writes = ["renew", "complete", "fail", "clear-stage-link"];
@@ -722,6 +978,28 @@ fn generator_reaches_every_outcome() {
             ("repair", "at a repair look"),
             ("enqueue-stage", "on a done stage"),
             ("enqueue-stage", "on a linked stage"),
+            // Idempotency keys.
+            ("enqueue", "new key"),
+            ("enqueue", "repeated key"),
+            ("enqueue", "repeated key, other spec"),
+            // Completions sent again.
+            ("complete", "retried by its completer"),
+            ("complete", "retried by its completer after failures"),
+            ("complete", "on a done task, stale attempt"),
+            ("complete", "on a done task, completer's attempt, other owner"),
+            // Built, then materialized by index passes.
+            ("complete", "completes an index build"),
+            ("complete", "completes a build of a built index"),
+            ("complete", "completes a build of a materialized index"),
+            ("maintain", "applied"),
+            ("maintain", "index pass finalizes"),
+            ("maintain", "index pass, nothing built"),
+            ("maintain", "other pass, an index built"),
+            ("query-index", "built, not finalized"),
+            // Liveness and the orphan list's time.
+            ("claim", "first claim of an owner"),
+            ("release-orphans", "as of before a grant"),
+            ("release-orphans", "as of after now"),
         ]
         .map(|(op, out)| (op, out.to_string())),
     );

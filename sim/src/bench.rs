@@ -250,12 +250,16 @@ pub struct Throughput {
     pub seeds_per_second: Vec<f64>,
     pub median_seeds_per_second: f64,
     pub median_events_per_second: f64,
+    /// Simulated seconds per wall-clock second of each repeat.
+    #[serde(default)]
+    pub sim_seconds_per_wall_second: Vec<f64>,
 }
 
 /// Runs `seeds` seeds `repeats` times with `jobs` jobs; medians of the rates.
 pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> Throughput {
     let mut rates = Vec::new();
     let mut event_rates = Vec::new();
+    let mut sim_rates = Vec::new();
     for _ in 0..repeats {
         let campaign = Campaign {
             targets: vec![target.clone()],
@@ -270,6 +274,7 @@ pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> T
         let s = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
         rates.push(s.seeds_per_second);
         event_rates.push(s.events_per_second);
+        sim_rates.push(s.sim_seconds / s.wall_seconds.max(1e-9));
     }
     Throughput {
         scenario: target.arg.clone(),
@@ -279,6 +284,7 @@ pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> T
         median_seeds_per_second: median(&rates),
         median_events_per_second: median(&event_rates),
         seeds_per_second: rates,
+        sim_seconds_per_wall_second: sim_rates,
     }
 }
 

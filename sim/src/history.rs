@@ -65,11 +65,19 @@ pub struct Recorder {
     inner: Arc<Mutex<Vec<Record>>>,
     origin: tokio::time::Instant,
     max_records: usize,
+    /// Off only in `bench`'s phase timing: the same world without its
+    /// history (nothing the world does reads the history back).
+    enabled: bool,
 }
 
 impl Recorder {
-    pub fn new(origin: tokio::time::Instant, max_records: usize) -> Self {
-        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin, max_records }
+    pub fn new(origin: tokio::time::Instant, max_records: usize, enabled: bool) -> Self {
+        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin, max_records, enabled }
+    }
+
+    /// Whether anything is recorded (the tap skips its reads when not).
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -86,6 +94,9 @@ impl Recorder {
     }
 
     fn push(&self, entry: Entry) {
+        if !self.enabled {
+            return;
+        }
         let at_ms = self.now_ms();
         let mut records = self.inner.lock().expect("history lock");
         if records.len() >= self.max_records {

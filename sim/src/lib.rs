@@ -6,6 +6,7 @@ compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); i
 
 pub mod api;
 pub mod bench;
+pub mod bench_suite;
 pub mod check;
 pub mod cli;
 pub mod corpus;

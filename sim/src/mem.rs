@@ -17,6 +17,12 @@ fn status_kib(field: &str) -> Option<u64> {
     line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()
 }
 
+/// Resets the peak to the current size (Linux `clear_refs`, value 5), so a
+/// measurement's peak is its own. False where the kernel does not allow it.
+pub fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Bytes as MiB, for reports.
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)

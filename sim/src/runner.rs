@@ -90,6 +90,9 @@ pub struct RunSpec {
     pub replay_override: Option<String>,
     /// A test's engine variant (fitness tests only; see `world::variant`).
     pub variant: Option<world::VariantRef>,
+    /// Record the history (default). Off only for `bench`'s phase timing:
+    /// such a run cannot be judged.
+    pub record: bool,
 }
 
 impl RunSpec {
@@ -105,6 +108,7 @@ impl RunSpec {
             max_records: crate::history::MAX_RECORDS,
             replay_override: None,
             variant: None,
+            record: true,
         }
     }
 
@@ -162,6 +166,7 @@ impl RunSpec {
             sabotage: self.sabotage,
             max_records: self.max_records,
             variant: self.variant.clone(),
+            record: self.record,
         }
     }
 }

@@ -117,6 +117,22 @@ impl Store {
         self.repair.iter().map(|(&group, state)| (group, state.misses, state.next_at_ms))
     }
 
+    /// Idempotency keys of enqueues and the task each created, in key order.
+    pub fn enqueue_keys(&self) -> impl Iterator<Item = (u64, TaskId)> + '_ {
+        self.keys.iter().map(|(&key, &task)| (key, task))
+    }
+
+    /// The attempt that completed each done task, in task order.
+    pub fn completions(&self) -> impl Iterator<Item = Fence> + '_ {
+        self.completions.values().copied()
+    }
+
+    /// Built indexes waiting for a finalization pass and the task that built
+    /// each, in index order.
+    pub fn built_by(&self) -> impl Iterator<Item = (IndexId, TaskId)> + '_ {
+        self.built.iter().map(|(&index, &task)| (index, task))
+    }
+
     /// The earliest store time after `now_ms` at which a ready task becomes due.
     pub fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
         self.tasks

@@ -5,7 +5,7 @@
 pub mod cluster;
 pub mod store;
 
-use leasesim::ids::{GroupId, IndexId, Owner, StageRef};
+use leasesim::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId};
 use leasesim::store::{StageRow, Store};
 use leasesim::task::Task;
 use std::fmt::Debug;
@@ -14,7 +14,13 @@ use std::fmt::Debug;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rows {
     pub tasks: Vec<Task>,
+    /// Enqueue idempotency keys and the task each created.
+    pub keys: Vec<(u64, TaskId)>,
+    /// The attempt that completed each done task.
+    pub completions: Vec<Fence>,
     pub stages: Vec<(StageRef, StageRow)>,
+    /// Indexes built and waiting for a finalization pass, and their builder.
+    pub built: Vec<(IndexId, TaskId)>,
     pub materialized: Vec<IndexId>,
     /// Last sign of life per incarnation. The model's newest incarnation per
     /// process is not a table of its own: it is the largest incarnation here.
@@ -27,7 +33,10 @@ impl Rows {
     pub fn of_model(store: &Store) -> Rows {
         Rows {
             tasks: store.tasks().cloned().collect(),
+            keys: store.enqueue_keys().collect(),
+            completions: store.completions().collect(),
             stages: store.stages().map(|(stage, row)| (*stage, row.clone())).collect(),
+            built: store.built_by().collect(),
             materialized: store.materialized().collect(),
             heartbeats: store.heartbeats().collect(),
             repair: store.repair_schedule().collect(),
@@ -37,7 +46,10 @@ impl Rows {
     /// The first row in which PostgreSQL (`pg`) differs from the model (`self`).
     pub fn difference(&self, pg: &Rows) -> Option<String> {
         first_difference("tasks", &self.tasks, &pg.tasks)
+            .or_else(|| first_difference("enqueue keys", &self.keys, &pg.keys))
+            .or_else(|| first_difference("completions", &self.completions, &pg.completions))
             .or_else(|| first_difference("stages", &self.stages, &pg.stages))
+            .or_else(|| first_difference("built_indexes", &self.built, &pg.built))
             .or_else(|| first_difference("materialized_indexes", &self.materialized, &pg.materialized))
             .or_else(|| first_difference("heartbeats", &self.heartbeats, &pg.heartbeats))
             .or_else(|| first_difference("group_repair", &self.repair, &pg.repair))

@@ -10,6 +10,9 @@ CREATE TABLE task_kinds (
 
 CREATE TABLE tasks (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- The enqueue's idempotency key: a repeated key creates nothing and
+    -- answers this task. Never reused, never expires.
+    enqueue_key       bigint UNIQUE,
     kind              text NOT NULL REFERENCES task_kinds,
     grp               bigint,
     stage_pipeline    bigint,
@@ -26,11 +29,18 @@ CREATE TABLE tasks (
     retry_at_ms       bigint NOT NULL,
     updated_ms        bigint NOT NULL,
     repair_count      bigint NOT NULL DEFAULT 0,
+    -- The owner whose attempt (the row's last, `attempt`) completed the
+    -- task: its retried completion is answered "applied" again.
+    completed_proc        bigint,
+    completed_incarnation bigint,
     -- Only a leased task has an owner, and only a leased task a lease.
     CHECK ((state = 'leased') = (owner_proc IS NOT NULL)),
     CHECK ((owner_proc IS NULL) = (owner_incarnation IS NULL)),
     CHECK (state = 'leased' OR lease_expiry_ms IS NULL),
-    CHECK ((stage_pipeline IS NULL) = (stage_index IS NULL))
+    CHECK ((stage_pipeline IS NULL) = (stage_index IS NULL)),
+    -- Exactly the done tasks record who completed them.
+    CHECK ((state = 'done') = (completed_proc IS NOT NULL)),
+    CHECK ((completed_proc IS NULL) = (completed_incarnation IS NULL))
 );
 
 -- The claim scan: due ready tasks in (retry_at_ms, id) order.
@@ -56,6 +66,14 @@ CREATE TABLE stages (
     PRIMARY KEY (pipeline, stage_index),
     -- done is absorbing and unlinks the task.
     CHECK (NOT (done AND task_id IS NOT NULL))
+);
+
+-- An index whose build completed, waiting for the next index finalization
+-- pass, and the (first) task that built it. An index is built or
+-- materialized, never both: the pass moves it.
+CREATE TABLE built_indexes (
+    index_id bigint PRIMARY KEY,
+    task_id  bigint NOT NULL REFERENCES tasks
 );
 
 CREATE TABLE materialized_indexes (

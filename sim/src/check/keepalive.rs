@@ -32,6 +32,8 @@ pub struct Keepalive {
     judged: BTreeSet<(Fence, u64)>,
     /// Owners already reported for silence.
     silent: BTreeSet<Owner>,
+    /// The millisecond last judged.
+    judged_ms: Option<u64>,
     evaluations: u64,
 }
 
@@ -144,8 +146,15 @@ impl Checker for Keepalive {
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let now = rec.at_ms;
-        self.judge_heartbeats(now, ctx, out);
-        self.judge_leases(now, ctx, out);
+        // Judged at the first record of each millisecond: nothing later in
+        // the same millisecond can make a worker newly silent (heartbeats,
+        // resumes and restarts only move `since` forward) or a lease newly
+        // expired (a grant or renewal moves its expiry past now).
+        if self.judged_ms != Some(now) {
+            self.judged_ms = Some(now);
+            self.judge_heartbeats(now, ctx, out);
+            self.judge_leases(now, ctx, out);
+        }
         self.note(now, rec);
     }
 

@@ -116,7 +116,8 @@ impl Checker for LeaseRevocation {
         let Some(commit) = commit(rec) else { return };
         let answered = answer(rec, ctx);
         let request = answered.as_ref().map(|a| a.request);
-        let by = match (request, fact(rec)) {
+        // Named only for a violation: most commits revoke nothing.
+        let by = || match (request, fact(rec)) {
             (Some(r), _) => format!("{} from {}", r.request.op_name(), r.from),
             (None, Some(Fact::Drift { .. })) => "a change outside any request".to_string(),
             _ => "an unknown request".to_string(),
@@ -134,8 +135,11 @@ impl Checker for LeaseRevocation {
                         NAME,
                         now,
                         format!(
-                            "t{}: lease of attempt {} ({}) taken away at {now} ms by {by}, but {why}",
-                            holder.task, holder.attempt, holder.owner
+                            "t{}: lease of attempt {} ({}) taken away at {now} ms by {}, but {why}",
+                            holder.task,
+                            holder.attempt,
+                            holder.owner,
+                            by()
                         ),
                     )
                     .fence(&holder),

@@ -20,6 +20,9 @@ pub const NAME: &str = "materialization";
 pub struct Materialization {
     /// Indexes already judged against the bound.
     judged: BTreeSet<IndexId>,
+    /// Every build enqueued before the heal has been judged: none can be
+    /// added later, so the bound is judged once.
+    bound_judged: bool,
     evaluations: u64,
 }
 
@@ -38,9 +41,10 @@ impl Materialization {
     /// past `heal + bound`).
     fn judge(&mut self, now: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         let bound = ctx.scenario.bounds.materialize_bound_ms;
-        if now <= heal + bound {
+        if self.bound_judged || now <= heal + bound {
             return;
         }
+        self.bound_judged = true;
         let builds: Vec<(IndexId, TaskId, u64)> = ctx
             .view
             .tasks

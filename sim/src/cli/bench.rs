@@ -9,25 +9,29 @@ use leasesim::defects::Defect;
 pub struct BenchArgs {
     /// What to measure: `throughput` (seeds/s, 1 job and N jobs), `find`
     /// (seeds needed to find each defect) or `coverage` (runs needed to first
-    /// reach the rarest coverage points, plain against guided).
-    /// Example: bench find
-    #[arg(value_parser = ["throughput", "find", "coverage"])]
+    /// reach the rarest coverage points, plain against guided) or `suite`
+    /// (all of speed, phases, memory, scaling and time to find, as one table
+    /// and a JSON file). Example: bench suite
+    #[arg(value_parser = ["throughput", "find", "coverage", "suite"])]
     pub what: String,
     /// Throughput: the scenario. Example: --scenario swarm
     #[arg(long, default_value = "swarm")]
     pub scenario: String,
-    /// Throughput: seeds per repeat. Example: --seeds 400
-    #[arg(long, default_value_t = 400)]
-    pub seeds: u64,
-    /// Throughput: repeats (the median is reported). Example: --repeats 5
-    #[arg(long, default_value_t = 5)]
-    pub repeats: usize,
-    /// Find: independent starting seeds per defect. Example: --starts 20
-    #[arg(long, default_value_t = 20)]
-    pub starts: u64,
-    /// Find: give up after this many seeds from one start. Example: --cap 1000
-    #[arg(long, default_value_t = 1000)]
-    pub cap: u64,
+    /// Throughput: seeds per repeat (default 400; suite 100). Example: --seeds 400
+    #[arg(long)]
+    pub seeds: Option<u64>,
+    /// Throughput: repeats, the median is reported (default 5; suite 3).
+    /// Example: --repeats 5
+    #[arg(long)]
+    pub repeats: Option<usize>,
+    /// Find: independent starting seeds per defect (default 20; suite 5).
+    /// Example: --starts 20
+    #[arg(long)]
+    pub starts: Option<u64>,
+    /// Find: give up after this many seeds from one start (default 1000;
+    /// suite 300). Example: --cap 1000
+    #[arg(long)]
+    pub cap: Option<u64>,
     /// Find: measure on this scenario instead of each defect's own system
     /// (e.g. `swarm`). Example: --on swarm
     #[arg(long)]
@@ -53,14 +57,25 @@ pub struct BenchArgs {
     /// Print JSON lines instead of a table. Example: --json
     #[arg(long)]
     pub json: bool,
+    /// Suite: where to write the JSON. Example: --out target/bench-suite.json
+    #[arg(long, default_value = "target/bench-suite.json")]
+    pub out: std::path::PathBuf,
+    /// Suite: seeds of the memory campaign (swarm); the early peak is read
+    /// after --rss-early-seeds. Example: --rss-seeds 10000
+    #[arg(long, default_value_t = 10_000)]
+    pub rss_seeds: u64,
+    /// Suite: the early memory milestone. Example: --rss-early-seeds 1000
+    #[arg(long, default_value_t = 1_000)]
+    pub rss_early_seeds: u64,
 }
 
 pub fn run(args: BenchArgs) -> Result<i32, String> {
     let jobs = jobs(args.jobs);
-    if jobs == 0 || args.seeds == 0 || args.repeats == 0 || args.starts == 0 || args.cap == 0 {
+    if jobs == 0 || [args.seeds, args.starts, args.cap].contains(&Some(0)) || args.repeats == Some(0) {
         return Err("--jobs, --seeds, --repeats, --starts and --cap must be at least 1".into());
     }
     match args.what.as_str() {
+        "suite" => suite(&args, jobs),
         "throughput" => throughput(&args, jobs),
         "coverage" => coverage(&args, jobs),
         _ => find(&args, jobs),
@@ -69,9 +84,10 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
 
 /// Seeds/s at 1 job and at `jobs` jobs.
 fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    let (seeds, repeats) = (args.seeds.unwrap_or(400), args.repeats.unwrap_or(5));
     let target = targets(&args.scenario)?.remove(0);
-    let one = bench::throughput(&target, args.seeds, args.repeats, 1);
-    let many = bench::throughput(&target, args.seeds, args.repeats, jobs);
+    let one = bench::throughput(&target, seeds, repeats, 1);
+    let many = bench::throughput(&target, seeds, repeats, jobs);
     if args.json {
         println!("{}", serde_json::to_string(&one).expect("serializes"));
         println!("{}", serde_json::to_string(&many).expect("serializes"));
@@ -96,6 +112,7 @@ fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
 
 /// Seeds needed to find each defect, as a table (or JSON lines).
 fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    let (starts, cap) = find_sizes(args);
     let defects: Vec<Defect> =
         if args.defects.defects.is_empty() { Defect::ALL.to_vec() } else { args.defects.defects.clone() };
     let modes: &[bench::Mode] =
@@ -108,7 +125,7 @@ fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
         let scenario = args.on.clone().unwrap_or_else(|| bench::home_scenario(defect).to_string());
         let target = targets(&scenario)?.remove(0);
         for &mode in modes {
-            let r = bench::time_to_find(defect, &target, args.starts, args.cap, jobs, mode);
+            let r = bench::time_to_find(defect, &target, starts, cap, jobs, mode);
             if args.json {
                 println!("{}", serde_json::to_string(&r).expect("serializes"));
                 continue;
@@ -126,12 +143,17 @@ fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
                 r.mode,
                 r.found,
                 r.starts,
-                show_median(r.median, args.cap),
+                show_median(r.median, cap),
                 range
             );
         }
     }
     Ok(0)
+}
+
+/// `--starts` and `--cap` of `find` and `coverage`, defaulted.
+fn find_sizes(args: &BenchArgs) -> (u64, u64) {
+    (args.starts.unwrap_or(20), args.cap.unwrap_or(1000))
 }
 
 fn show_median(median: Option<u64>, cap: u64) -> String {
@@ -143,12 +165,13 @@ fn show_median(median: Option<u64>, cap: u64) -> String {
 
 /// Runs to first reach the rarest coverage points, plain against guided.
 fn coverage(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    let (starts, cap) = find_sizes(args);
     let all = targets("all")?;
     let rarest = bench::rarest_points(&all, args.reference, jobs, args.points);
     let points: Vec<String> = rarest.iter().map(|(p, _)| p.clone()).collect();
-    let plain = bench::time_to_cover(&all, &points, args.starts, args.cap, jobs, bench::Mode::Plain);
-    let guided = bench::time_to_cover(&all, &points, args.starts, args.cap, jobs, bench::Mode::Guided);
-    let runs = args.cap * all.len() as u64;
+    let plain = bench::time_to_cover(&all, &points, starts, cap, jobs, bench::Mode::Plain);
+    let guided = bench::time_to_cover(&all, &points, starts, cap, jobs, bench::Mode::Guided);
+    let runs = cap * all.len() as u64;
     if args.json {
         for r in plain.iter().chain(&guided) {
             println!("{}", serde_json::to_string(r).expect("serializes"));
@@ -176,4 +199,22 @@ fn coverage(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
         );
     }
     Ok(0)
+}
+
+/// Every measurement in one run (`bench_suite`); `--seeds`, `--repeats`,
+/// `--starts` and `--cap` size the throughput and time-to-find parts.
+fn suite(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    if args.rss_early_seeds == 0 || args.rss_early_seeds > args.rss_seeds {
+        return Err("--rss-early-seeds must be at least 1 and at most --rss-seeds".into());
+    }
+    let all = targets("all")?;
+    let swarm = targets("swarm")?.remove(0);
+    let mut config = crate::bench_suite::SuiteConfig::standard(jobs);
+    config.seeds = args.seeds.unwrap_or(config.seeds);
+    config.repeats = args.repeats.unwrap_or(config.repeats);
+    config.find_starts = args.starts.unwrap_or(config.find_starts);
+    config.find_cap = args.cap.unwrap_or(config.find_cap);
+    config.rss_seeds = args.rss_seeds;
+    config.rss_early_seeds = args.rss_early_seeds;
+    super::bench_suite::run(&all, &swarm, &config, &args.out)
 }

@@ -8,6 +8,7 @@
 //! Errors are one line, naming the input.
 
 mod bench;
+mod bench_suite;
 mod common;
 mod fuzz;
 mod list;

@@ -89,6 +89,8 @@ pub struct WorldSpec {
     pub max_records: usize,
     /// A test's engine variant (never set outside fitness tests).
     pub variant: Option<VariantRef>,
+    /// Record the history (off only to time the world alone, in `bench`).
+    pub record: bool,
 }
 
 impl WorldSpec {
@@ -120,7 +122,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let scenario = spec.scenario.clone();
     let handle = Handle::current();
     let origin = tokio::time::Instant::now();
-    let rec = Recorder::new(origin, spec.max_records);
+    let rec = Recorder::new(origin, spec.max_records, spec.record);
     let mut obs: Arc<dyn Observer> = Arc::new(rec.clone());
     if let Some(VariantRef(variant)) = &spec.variant {
         obs = Arc::new(variant::Filtered { inner: obs, variant: variant.clone() });
@@ -208,7 +210,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
 
     // The last look at the store: anything the tap has not seen yet changed
     // outside every request's transaction.
-    let drift = store.tap.sync(&server, tap::Scope::ALL);
+    let drift = if rec.enabled() { store.tap.sync(&server, tap::Scope::ALL) } else { Default::default() };
     if !drift.is_empty() {
         rec.fact(Fact::Drift { commit: drift });
     }

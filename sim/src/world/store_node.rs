@@ -17,7 +17,7 @@ use super::tap::{Scope, Tap};
 use super::variant::Variant;
 use crate::faults::FaultKind;
 use crate::history::Recorder;
-use crate::truth::{Fact, Reply, Sender};
+use crate::truth::{Commit, Fact, Reply, Sender};
 use leasesim::proto::{Rejection, Request, Response};
 use leasesim::store::server::StoreServer;
 use std::collections::BTreeSet;
@@ -368,7 +368,7 @@ impl StoreNode {
     /// happened outside any request (drift).
     async fn apply(&self, id: u64, arrived_ms: u64, req: Request, after: &After) -> Response {
         let scope = Scope::of(&req);
-        let drift = self.tap.sync(&self.server, scope);
+        let drift = self.sync(scope);
         if !drift.is_empty() {
             self.rec.fact(Fact::Drift { commit: drift });
         }
@@ -384,7 +384,7 @@ impl StoreNode {
             None => self.server.handle(req).await,
         };
         // Same poll as the store's last apply: no other transaction between.
-        let commit = self.tap.sync(&self.server, scope);
+        let commit = self.sync(scope);
         let reply = match after {
             After::Send => Reply::Sent,
             After::Lose => Reply::Lost,
@@ -392,6 +392,15 @@ impl StoreNode {
         };
         self.rec.fact(Fact::Answered { req: id, response: response.clone(), commit, reply });
         response
+    }
+
+    /// The tap's look at the store (skipped when nothing is recorded).
+    fn sync(&self, scope: Scope) -> Commit {
+        if self.rec.enabled() {
+            self.tap.sync(&self.server, scope)
+        } else {
+            Commit::default()
+        }
     }
 
     /// Should this request be delivered a second time, and after how long?
