@@ -148,7 +148,7 @@ fn guided_campaigns_are_deterministic_and_save_explicit_plans() {
         let mut summary: serde_json::Value = serde_json::from_str(&out).expect("--json prints one object");
         let guided = summary["guided"].clone();
         assert!(guided["mutated"].as_u64().expect("mutated runs") > 0, "{guided}");
-        for timing in ["wall_seconds", "seeds_per_second", "events_per_second"] {
+        for timing in ["wall_seconds", "seeds_per_second", "events_per_second", "peak_rss_mib"] {
             summary[timing] = serde_json::Value::Null;
         }
         summary

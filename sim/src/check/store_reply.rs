@@ -12,10 +12,10 @@
 use super::view::held_by;
 use super::{answer, Answer, Checker, Ctx, Violation};
 use crate::history::Record;
-use crate::truth::TaskChange;
-use leasesim::ids::{Fence, StageRef};
+use crate::truth::{Commit, TaskChange};
+use leasesim::ids::{Fence, Owner, StageRef};
 use leasesim::proto::{Grant, Request, Response};
-use leasesim::task::{TaskKind, TaskState};
+use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
 
 pub const NAME: &str = "store-reply";
 
@@ -60,175 +60,227 @@ fn due_stages(ctx: &Ctx) -> Vec<StageRef> {
 
 /// What is wrong with this answer, if anything.
 fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
-    let (c, resp) = (a.commit, a.response);
-    let row_before = |fence: &Fence| match c.task(fence.task).and_then(|ch| ch.before.clone()) {
-        Some(row) => Some(row),
-        None => ctx.view.task(fence.task).map(|t| t.row.clone()),
-    };
-    let changed = |fence: &Fence| c.task(fence.task).is_some();
+    let j = Judge { a, ctx, now, c: a.commit, resp: a.response };
     match &a.request.request {
-        Request::Heartbeat { .. } | Request::QueryIndex { .. } if !c.is_empty() => {
+        Request::Heartbeat { .. } | Request::QueryIndex { .. } if !j.c.is_empty() => {
             Some("a read changed the store".into())
         }
-        Request::LeaseValid { fence } => {
-            let row = row_before(fence)?;
-            let valid = held_by(&row, fence) && row.lease_expiry_ms.is_none_or(|e| e > now);
-            match resp {
-                _ if !c.is_empty() => Some("a lease check changed the store".into()),
-                Response::Valid { valid: v } if *v != valid => Some(format!(
-                    "lease check of {fence} answered valid={v}, but the lease is {}",
-                    if valid { "valid" } else { "not valid" }
-                )),
-                _ => None,
-            }
+        Request::LeaseValid { fence } => j.lease_valid(fence),
+        Request::PipelineSnapshot { .. } => j.snapshot(),
+        Request::Claim { owner, max, .. } => j.claim(*owner, *max),
+        Request::Renew { fence } => j.renew(fence),
+        Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
+            j.outcome_write(fence)
         }
-        Request::PipelineSnapshot { .. } => match resp {
-            _ if !c.is_empty() => Some("a snapshot changed the store".into()),
-            Response::Snapshot { due } if *due != due_stages(ctx) => {
-                Some(format!("snapshot answered due stages {due:?}; due were {:?}", due_stages(ctx)))
+        Request::Enqueue { spec, key } => j.enqueue(spec, *key),
+        Request::EnqueueStage { stage } => j.enqueue_stage(*stage),
+        Request::ReleaseDead { .. }
+        | Request::ReclaimExpired { .. }
+        | Request::Repair { .. }
+        | Request::ReleaseOrphans { .. } => j.recovery(),
+        Request::CreatePipeline { pipeline, stages } => j.create_pipeline(*pipeline, *stages),
+        Request::Maintain { .. } => j.maintain(),
+        Request::Heartbeat { .. } | Request::QueryIndex { .. } => None,
+    }
+}
+
+/// One answer being judged: the request, the answer, its commit, the view.
+struct Judge<'a> {
+    a: &'a Answer<'a>,
+    ctx: &'a Ctx<'a>,
+    now: u64,
+    c: &'a Commit,
+    resp: &'a Response,
+}
+
+impl Judge<'_> {
+    /// The task's row before the request: from its commit, else the view.
+    fn row_before(&self, fence: &Fence) -> Option<Task> {
+        match self.c.task(fence.task).and_then(|ch| ch.before.clone()) {
+            Some(row) => Some(row),
+            None => self.ctx.view.task(fence.task).map(|t| t.row.clone()),
+        }
+    }
+
+    fn changed(&self, fence: &Fence) -> bool {
+        self.c.task(fence.task).is_some()
+    }
+
+    fn lease_valid(&self, fence: &Fence) -> Option<String> {
+        let row = self.row_before(fence)?;
+        let valid = held_by(&row, fence) && row.lease_expiry_ms.is_none_or(|e| e > self.now);
+        match self.resp {
+            _ if !self.c.is_empty() => Some("a lease check changed the store".into()),
+            Response::Valid { valid: v } if *v != valid => Some(format!(
+                "lease check of {fence} answered valid={v}, but the lease is {}",
+                if valid { "valid" } else { "not valid" }
+            )),
+            _ => None,
+        }
+    }
+
+    fn snapshot(&self) -> Option<String> {
+        match self.resp {
+            _ if !self.c.is_empty() => Some("a snapshot changed the store".into()),
+            Response::Snapshot { due } if *due != due_stages(self.ctx) => {
+                Some(format!("snapshot answered due stages {due:?}; due were {:?}", due_stages(self.ctx)))
             }
             _ => None,
-        },
-        Request::Claim { owner, max, .. } => {
-            let Response::Claimed { grants } = resp else { return Some(format!("a claim answered {resp:?}")) };
-            if grants.len() as u32 > *max {
-                return Some(format!("a claim for at most {max} answered {} grants", grants.len()));
-            }
-            if let Some(ch) = c.tasks.iter().find(|ch| !is_grant_to(ch, *owner, now)) {
-                return Some(format!("a claim by {owner} changed t{} without granting it to {owner}", ch.after.id));
-            }
-            let committed: Vec<Grant> = c
-                .tasks
-                .iter()
-                .map(|ch| Grant {
-                    fence: Fence { task: ch.after.id, attempt: ch.after.attempt, owner: *owner },
-                    kind: ch.after.spec.kind,
-                    lease_expiry_ms: ch.after.lease_expiry_ms,
-                })
-                .collect();
-            let mut told = grants.clone();
-            told.sort_by_key(|g| g.fence);
-            let mut done = committed.clone();
-            done.sort_by_key(|g| g.fence);
-            (told != done).then(|| format!("a claim answered grants {told:?} but committed {done:?}"))
         }
-        Request::Renew { fence } => {
-            let held = row_before(fence).is_some_and(|r| held_by(&r, fence));
-            match resp {
-                Response::Renewed { lease_expiry_ms } => {
-                    let after = c.task(fence.task).map(|ch| ch.after.lease_expiry_ms);
-                    let heartbeat_owned = row_before(fence).is_some_and(|r| r.lease_expiry_ms.is_none());
-                    let unchanged = row_before(fence).and_then(|r| r.lease_expiry_ms) == Some(*lease_expiry_ms);
-                    match after {
-                        Some(Some(e)) if e == *lease_expiry_ms && held => None,
-                        // Renewed twice in one instant: the second changes nothing.
-                        None if (heartbeat_owned || unchanged) && held => None,
-                        _ => Some(format!(
-                            "renewal of {fence} answered expiry {lease_expiry_ms} ms; committed {after:?}"
-                        )),
-                    }
-                }
-                Response::Rejected { reason } if held => {
-                    Some(format!("renewal of {fence} refused ({reason:?}) while it held the task"))
-                }
-                Response::Rejected { .. } if changed(fence) => {
-                    Some(format!("refused renewal of {fence} changed the task"))
-                }
-                _ => None,
-            }
+    }
+
+    fn claim(&self, owner: Owner, max: u32) -> Option<String> {
+        let (c, resp) = (self.c, self.resp);
+        let Response::Claimed { grants } = resp else { return Some(format!("a claim answered {resp:?}")) };
+        if grants.len() as u32 > max {
+            return Some(format!("a claim for at most {max} answered {} grants", grants.len()));
         }
-        Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
-            let held = row_before(fence).is_some_and(|r| held_by(&r, fence));
-            let what = a.request.request.op_name();
-            match resp {
-                Response::Applied { retries, retry_at_ms } => {
-                    let stage_write = matches!(a.request.request, Request::ClearStageLink { .. });
-                    // A completion's own retry is answered "applied" again.
-                    let again = matches!(a.request.request, Request::Complete { .. })
-                        && ctx.view.completed_by.get(&fence.task) == Some(fence);
-                    let Some(ch) = c.task(fence.task) else {
-                        return (!stage_write && !again)
-                            .then(|| format!("{what} of {fence} answered applied but changed nothing"));
-                    };
-                    let committed_at = (ch.after.state == TaskState::Ready).then_some(ch.after.retry_at_ms);
-                    let fail = matches!(a.request.request, Request::Fail { .. });
-                    if *retries != ch.after.retries || (fail && *retry_at_ms != committed_at) {
-                        return Some(format!(
-                            "{what} of {fence} answered retries {retries}, retry at {retry_at_ms:?}; committed {}, {committed_at:?}",
-                            ch.after.retries
-                        ));
-                    }
-                    None
-                }
-                Response::Rejected { reason } if held => {
-                    Some(format!("{what} of {fence} refused ({reason:?}) while it held the task"))
-                }
-                Response::Rejected { .. } if !c.is_empty() => {
-                    Some(format!("refused {what} of {fence} changed the store"))
-                }
-                _ => None,
-            }
+        if let Some(ch) = c.tasks.iter().find(|ch| !is_grant_to(ch, owner, self.now)) {
+            return Some(format!("a claim by {owner} changed t{} without granting it to {owner}", ch.after.id));
         }
-        Request::Enqueue { spec, key } => {
-            let created: Vec<&TaskChange> = c.tasks.iter().filter(|ch| ch.before.is_none()).collect();
-            let known = key.and_then(|k| ctx.view.enqueue_keys.get(&k)).copied();
-            match resp {
-                // A key seen before: nothing created, its task answered.
-                Response::Enqueued { task } if known.is_some() => (known != Some(*task) || !c.is_empty())
-                    .then(|| format!("an enqueue with a known key answered t{task}; the key created {known:?}")),
-                Response::Enqueued { task } => match created.as_slice() {
-                    [one] if one.after.id == *task && one.after.spec == *spec && c.tasks.len() == 1 => None,
-                    _ => Some(format!("enqueue answered t{task}; committed {} rows", c.tasks.len())),
-                },
-                _ if !c.is_empty() => Some(format!("a refused enqueue changed the store ({resp:?})")),
-                _ => None,
+        let committed: Vec<Grant> = c
+            .tasks
+            .iter()
+            .map(|ch| Grant {
+                fence: Fence { task: ch.after.id, attempt: ch.after.attempt, owner },
+                kind: ch.after.spec.kind,
+                lease_expiry_ms: ch.after.lease_expiry_ms,
+            })
+            .collect();
+        let mut told = grants.clone();
+        told.sort_by_key(|g| g.fence);
+        let mut done = committed.clone();
+        done.sort_by_key(|g| g.fence);
+        (told != done).then(|| format!("a claim answered grants {told:?} but committed {done:?}"))
+    }
+
+    fn renew(&self, fence: &Fence) -> Option<String> {
+        let held = self.row_before(fence).is_some_and(|r| held_by(&r, fence));
+        match self.resp {
+            Response::Renewed { lease_expiry_ms } => {
+                let after = self.c.task(fence.task).map(|ch| ch.after.lease_expiry_ms);
+                let heartbeat_owned = self.row_before(fence).is_some_and(|r| r.lease_expiry_ms.is_none());
+                let unchanged = self.row_before(fence).and_then(|r| r.lease_expiry_ms) == Some(*lease_expiry_ms);
+                match after {
+                    Some(Some(e)) if e == *lease_expiry_ms && held => None,
+                    // Renewed twice in one instant: the second changes nothing.
+                    None if (heartbeat_owned || unchanged) && held => None,
+                    _ => Some(format!("renewal of {fence} answered expiry {lease_expiry_ms} ms; committed {after:?}")),
+                }
             }
+            Response::Rejected { reason } if held => {
+                Some(format!("renewal of {fence} refused ({reason:?}) while it held the task"))
+            }
+            Response::Rejected { .. } if self.changed(fence) => {
+                Some(format!("refused renewal of {fence} changed the task"))
+            }
+            _ => None,
         }
-        Request::EnqueueStage { stage } => match resp {
+    }
+
+    /// A complete, a fail or a stage-link clear.
+    fn outcome_write(&self, fence: &Fence) -> Option<String> {
+        let request = &self.a.request.request;
+        let held = self.row_before(fence).is_some_and(|r| held_by(&r, fence));
+        let what = request.op_name();
+        match self.resp {
+            Response::Applied { retries, retry_at_ms } => {
+                let stage_write = matches!(request, Request::ClearStageLink { .. });
+                // A completion's own retry is answered "applied" again.
+                let again = matches!(request, Request::Complete { .. })
+                    && self.ctx.view.completed_by.get(&fence.task) == Some(fence);
+                let Some(ch) = self.c.task(fence.task) else {
+                    return (!stage_write && !again)
+                        .then(|| format!("{what} of {fence} answered applied but changed nothing"));
+                };
+                let committed_at = (ch.after.state == TaskState::Ready).then_some(ch.after.retry_at_ms);
+                let fail = matches!(request, Request::Fail { .. });
+                if *retries != ch.after.retries || (fail && *retry_at_ms != committed_at) {
+                    return Some(format!(
+                        "{what} of {fence} answered retries {retries}, retry at {retry_at_ms:?}; committed {}, {committed_at:?}",
+                        ch.after.retries
+                    ));
+                }
+                None
+            }
+            Response::Rejected { reason } if held => {
+                Some(format!("{what} of {fence} refused ({reason:?}) while it held the task"))
+            }
+            Response::Rejected { .. } if !self.c.is_empty() => {
+                Some(format!("refused {what} of {fence} changed the store"))
+            }
+            _ => None,
+        }
+    }
+
+    fn enqueue(&self, spec: &TaskSpec, key: Option<u64>) -> Option<String> {
+        let c = self.c;
+        let created: Vec<&TaskChange> = c.tasks.iter().filter(|ch| ch.before.is_none()).collect();
+        let known = key.and_then(|k| self.ctx.view.enqueue_keys.get(&k)).copied();
+        match self.resp {
+            // A key seen before: nothing created, its task answered.
+            Response::Enqueued { task } if known.is_some() => (known != Some(*task) || !c.is_empty())
+                .then(|| format!("an enqueue with a known key answered t{task}; the key created {known:?}")),
+            Response::Enqueued { task } => match created.as_slice() {
+                [one] if one.after.id == *task && one.after.spec == *spec && c.tasks.len() == 1 => None,
+                _ => Some(format!("enqueue answered t{task}; committed {} rows", c.tasks.len())),
+            },
+            _ if !c.is_empty() => Some(format!("a refused enqueue changed the store ({:?})", self.resp)),
+            _ => None,
+        }
+    }
+
+    fn enqueue_stage(&self, stage: StageRef) -> Option<String> {
+        let c = self.c;
+        match self.resp {
             Response::Enqueued { task } => {
                 let ok = c.tasks.len() == 1
                     && c.tasks[0].before.is_none()
                     && c.tasks[0].after.id == *task
                     && c.tasks[0].after.spec.kind == TaskKind::Stage
-                    && c.tasks[0].after.spec.stage == Some(*stage);
+                    && c.tasks[0].after.spec.stage == Some(stage);
                 (!ok).then(|| format!("stage enqueue of {stage} answered t{task}; committed {} rows", c.tasks.len()))
             }
             _ if !c.is_empty() => Some(format!("a refused stage enqueue of {stage} changed the store")),
             _ => None,
-        },
-        Request::ReleaseDead { .. }
-        | Request::ReclaimExpired { .. }
-        | Request::Repair { .. }
-        | Request::ReleaseOrphans { .. } => {
-            let Response::Released { tasks } = resp else { return Some(format!("a recovery pass answered {resp:?}")) };
-            if let Some(ch) = c.tasks.iter().find(|ch| !is_release(ch)) {
-                return Some(format!("{} changed t{} without releasing it", a.request.request.op_name(), ch.after.id));
-            }
-            if let Request::ReleaseOrphans { owner, .. } = &a.request.request {
-                if let Some(ch) = c.tasks.iter().find(|ch| ch.before.as_ref().and_then(|b| b.owner) != Some(*owner)) {
-                    return Some(format!("release of {owner}'s orphans released t{}, not {owner}'s", ch.after.id));
-                }
-            }
-            (*tasks as usize != c.tasks.len()).then(|| {
-                format!("{} answered {tasks} released, committed {}", a.request.request.op_name(), c.tasks.len())
-            })
         }
-        Request::CreatePipeline { pipeline, stages } => {
-            let stray = c.stages.iter().find(|s| s.stage.pipeline != *pipeline || s.stage.index >= *stages);
-            match stray {
-                _ if !c.tasks.is_empty() => Some("creating a pipeline changed task rows".into()),
-                Some(s) => Some(format!("creating pipeline {pipeline} changed stage {}", s.stage)),
-                None => None,
+    }
+
+    /// Release-dead, reclaim-expired, repair and release-orphans.
+    fn recovery(&self) -> Option<String> {
+        let (c, resp, request) = (self.c, self.resp, &self.a.request.request);
+        let Response::Released { tasks } = resp else { return Some(format!("a recovery pass answered {resp:?}")) };
+        if let Some(ch) = c.tasks.iter().find(|ch| !is_release(ch)) {
+            return Some(format!("{} changed t{} without releasing it", request.op_name(), ch.after.id));
+        }
+        if let Request::ReleaseOrphans { owner, .. } = request {
+            if let Some(ch) = c.tasks.iter().find(|ch| ch.before.as_ref().and_then(|b| b.owner) != Some(*owner)) {
+                return Some(format!("release of {owner}'s orphans released t{}, not {owner}'s", ch.after.id));
             }
         }
-        Request::Maintain { .. } => (!c.tasks.is_empty() || !c.stages.is_empty()).then(|| {
+        (*tasks as usize != c.tasks.len())
+            .then(|| format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()))
+    }
+
+    fn create_pipeline(&self, pipeline: u64, stages: u32) -> Option<String> {
+        let c = self.c;
+        let stray = c.stages.iter().find(|s| s.stage.pipeline != pipeline || s.stage.index >= stages);
+        match stray {
+            _ if !c.tasks.is_empty() => Some("creating a pipeline changed task rows".into()),
+            Some(s) => Some(format!("creating pipeline {pipeline} changed stage {}", s.stage)),
+            None => None,
+        }
+    }
+
+    fn maintain(&self) -> Option<String> {
+        let c = self.c;
+        (!c.tasks.is_empty() || !c.stages.is_empty()).then(|| {
             format!(
                 "a maintenance pass changed rows it does not own (tasks {}, stages {})",
                 c.tasks.len(),
                 c.stages.len()
             )
-        }),
-        Request::Heartbeat { .. } | Request::QueryIndex { .. } => None,
+        })
     }
 }
 
