@@ -27,7 +27,20 @@ fn fenced_write(req: &Request) -> Option<(Fence, &'static str)> {
         Request::Fail { fence, .. } => Some((*fence, "fail")),
         Request::Renew { fence } => Some((*fence, "renewal")),
         Request::ClearStageLink { fence } => Some((*fence, "clear-stage-link")),
-        _ => None,
+        // Unfenced: judged by the other checkers.
+        Request::Enqueue { .. }
+        | Request::CreatePipeline { .. }
+        | Request::Claim { .. }
+        | Request::Heartbeat { .. }
+        | Request::LeaseValid { .. }
+        | Request::ReleaseDead { .. }
+        | Request::ReleaseOrphans { .. }
+        | Request::ReclaimExpired { .. }
+        | Request::Repair { .. }
+        | Request::Maintain { .. }
+        | Request::PipelineSnapshot { .. }
+        | Request::EnqueueStage { .. }
+        | Request::QueryIndex { .. } => None,
     }
 }
 

@@ -28,7 +28,20 @@ fn claims(req: &Request) -> Option<(Fence, Option<Option<TaskError>>)> {
         Request::Complete { fence } | Request::ClearStageLink { fence } => Some((*fence, None)),
         Request::Fail { fence, error } => Some((*fence, Some(Some(*error)))),
         Request::LeaseValid { fence } => Some((*fence, Some(None))),
-        _ => None,
+        // Not an attempt's outcome.
+        Request::Enqueue { .. }
+        | Request::CreatePipeline { .. }
+        | Request::Claim { .. }
+        | Request::Heartbeat { .. }
+        | Request::Renew { .. }
+        | Request::ReleaseDead { .. }
+        | Request::ReleaseOrphans { .. }
+        | Request::ReclaimExpired { .. }
+        | Request::Repair { .. }
+        | Request::Maintain { .. }
+        | Request::PipelineSnapshot { .. }
+        | Request::EnqueueStage { .. }
+        | Request::QueryIndex { .. } => None,
     }
 }
 

@@ -49,7 +49,31 @@ fn said(e: &Event) -> Option<Did> {
         Event::IndexMaterialized { index, .. } => Did::Materialized(*index),
         Event::StageDone { stage, .. } => Did::StageDone(*stage),
         Event::HeartbeatApplied { owner } => Did::Heartbeat(*owner),
-        _ => return None,
+        // Nothing else is compared with what the harness saw commit.
+        Event::StageEnqueueRefused { .. }
+        | Event::PipelineCreated { .. }
+        | Event::WriteApplied { .. }
+        | Event::WriteRejected { .. }
+        | Event::LeaseChecked { .. }
+        | Event::RepairDecision { .. }
+        | Event::QueryAnswered { .. }
+        | Event::MaintenanceApplied { .. }
+        | Event::PipelineSnapshotTaken { .. }
+        | Event::ProcessStarted { .. }
+        | Event::PermitAcquired { .. }
+        | Event::PermitReleased { .. }
+        | Event::ExecutionStarted { .. }
+        | Event::AttemptDropped { .. }
+        | Event::ExecutionFinished { .. }
+        | Event::FinalizeTimedOut { .. }
+        | Event::CallbackPublished { .. }
+        | Event::HeartbeatSent { .. }
+        | Event::MaintenanceStarted { .. }
+        | Event::MaintenanceEnded { .. }
+        | Event::MaintenanceStillRunning { .. }
+        | Event::RetryPlanned { .. }
+        | Event::NoteSent { .. }
+        | Event::QueryResult { .. } => return None,
     })
 }
 
