@@ -6,6 +6,7 @@
 
 use leasesim::config::{EngineConfig, LeaseTtls, MaintenanceKind};
 use leasesim::defects::Defect;
+use leasesim_sim::faults::FaultPlan;
 use leasesim_sim::scenario::{Bounds, CoverageSpec, FaultLimits, Phases, Scenario, Topology, Workload};
 use leasesim_sim::Simulation;
 
@@ -80,6 +81,17 @@ fn a_defect_is_reported_with_its_replay_lines() {
         assert!(message.contains(&format!("FAIL two-workers seed {seed}: [fenced-completion]")), "{message}");
         assert!(message.contains(&format!(".seed({seed})")), "the replay line of seed {seed}: {message}");
     }
+}
+
+#[test]
+fn faults_can_be_left_out_or_given() {
+    let quiet = Simulation::from_scenario(two_workers()).seeds(3).no_faults().run();
+    quiet.assert_passes();
+    assert_eq!(quiet.summary.fault_counts.values().sum::<u64>(), 0, "no fault with no_faults()");
+    let given = Simulation::from_scenario(two_workers()).seeds(3).plan(FaultPlan::none()).run();
+    let hashes = |r: &leasesim_sim::Report| r.outcomes().map(|o| o.trace_hash.clone()).collect::<Vec<_>>();
+    assert_eq!(hashes(&quiet), hashes(&given), "an empty plan is no faults");
+    assert_eq!(given.runs.iter().map(|r| r.seed).collect::<Vec<_>>(), [1, 2, 3], "a count n is seeds 1..=n");
 }
 
 #[test]

@@ -202,7 +202,17 @@ impl Simulation {
     }
 
     /// Runs every seed; the report holds every run in seed order.
+    ///
+    /// # Panics
+    /// If an explicit plan ([`Simulation::plan`]) does not fit the world (a
+    /// process it does not have, a time past the fault phase).
     pub fn run(&self) -> Report {
+        if let PlanSource::Explicit(plan) = &self.plan {
+            let s = &self.target.scenario;
+            if let Err(e) = plan.validate(s.topology.workers, s.phases.fault_phase_ms) {
+                panic!("Simulation::plan: {e}");
+            }
+        }
         let campaign = self.campaign();
         let stop = AtomicBool::new(false);
         let mut runs: Vec<(u64, Run)> = Vec::new();

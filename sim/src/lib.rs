@@ -1,5 +1,8 @@
 //! leasesim's harness: seeded simulated worlds that run the engine, inject
 //! faults, record the event history and check invariants against it.
+//!
+//! The CLI (`cargo sim`) is one way in; [`Simulation`] is the other, for
+//! simulation tests written in Rust (see the `api` module).
 
 #[cfg(not(madsim))]
 compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
