@@ -20,8 +20,19 @@ pub(super) async fn run<T: Transport, H: TaskHandler>(ctx: Arc<Ctx<T, H>>) {
         let asked = permits.len() as u32;
         let req = Request::Claim { owner: ctx.owner, max: asked, wait_ms: ctx.cfg.long_poll_ms };
         let deadline_ms = ctx.cfg.long_poll_ms + ctx.cfg.rpc_timeout_ms;
-        let grants = match ctx.call_within(req, deadline_ms).await {
-            Some(Response::Claimed { grants }) => grants,
+        let sent_ms = ctx.clock.now_ms();
+        let answer = ctx.call_within(req, deadline_ms).await;
+        let grants = match answer {
+            Some(Response::Claimed { grants }) if ctx.clock.now_ms().saturating_sub(sent_ms) <= deadline_ms => grants,
+            Some(Response::Claimed { grants }) => {
+                // Taken in after the claim deadline (the process was paused
+                // while the answer waited): dropped unstarted. Same-owner
+                // recovery counts on every grant older than the deadline
+                // being either in `running` or an orphan; starting this one
+                // would run a task that recovery may already have released.
+                tracing::info!(owner = %ctx.owner, late = grants.len(), "claim answer past its deadline: not started");
+                Vec::new()
+            }
             _ => Vec::new(),
         };
         debug_assert!(grants.len() <= permits.len(), "store granted more than asked");
