@@ -105,9 +105,12 @@ fn swarm_with_faults_on_every_builtin_scenario() {
     let (start, end) = knobs.seeds;
     let defects: Vec<&str> = knobs.defects.iter().map(|d| d.name()).collect();
     println!(
-        "fuzz: seeds {start}..={} on {} scenarios ({}), faults drawn from each seed, defects: {}",
+        "fuzz: seeds {start}..={} on {} ({}), faults drawn from each seed, defects: {}",
         end - 1,
-        knobs.scenarios.len(),
+        match knobs.scenarios.len() {
+            1 => "1 scenario".to_string(),
+            n => format!("{n} scenarios"),
+        },
         knobs.scenarios.join(", "),
         if defects.is_empty() { "none".to_string() } else { defects.join(", ") }
     );
