@@ -448,7 +448,23 @@ impl View {
                 Some(*fence)
             }
             Request::ClearStageLink { fence } if !matches!(response, Some(Response::Applied { .. })) => Some(*fence),
-            _ => None,
+            // A lease check that held, a stage link cleared (the completion
+            // follows), or no outcome request at all.
+            Request::LeaseValid { .. }
+            | Request::ClearStageLink { .. }
+            | Request::Enqueue { .. }
+            | Request::CreatePipeline { .. }
+            | Request::Claim { .. }
+            | Request::Heartbeat { .. }
+            | Request::Renew { .. }
+            | Request::ReleaseDead { .. }
+            | Request::ReleaseOrphans { .. }
+            | Request::ReclaimExpired { .. }
+            | Request::Repair { .. }
+            | Request::Maintain { .. }
+            | Request::PipelineSnapshot { .. }
+            | Request::EnqueueStage { .. }
+            | Request::QueryIndex { .. } => None,
         };
         if let (Some(fence), Some(o)) = (fence, self.owners.get_mut(&owner)) {
             o.finalizing.remove(&fence);
