@@ -6,9 +6,10 @@
 //! reasons, all from what the harness itself saw:
 //!
 //! - the lease had expired at store time (its committed expiry);
-//! - the holder's process was dead: killed (process control), or silent at
-//!   the store for `dead_after_ms` (no heartbeat of it applied, and none of
-//!   its requests reached the store before, for that long);
+//! - for a heartbeat-owned task (no expiry), the holder's process was dead:
+//!   killed (process control), or silent at the store for `dead_after_ms`
+//!   (no heartbeat of it applied, and none of its requests reached the store
+//!   before, for that long); a lease with an expiry outlives its holder;
 //! - the holder released it itself (same-owner recovery): its body was not
 //!   running or finalizing when it sent the request nor when the store
 //!   applied it, and the grant was older than a claim answer can be when it
@@ -67,12 +68,17 @@ pub(super) fn justify(
         }
     }
     let owner = holder.owner;
-    if let Some(killed) = ctx.view.killed(owner).filter(|&k| k <= now) {
+    // A lease with an expiry is the engine's promise to its holder until
+    // then: nothing but the expiry or the holder's own release may end it,
+    // not even the holder's death (no engine path takes a leased kind from
+    // a dead owner early; a reclaim that did would be a too-eager reclaim).
+    let dead_may_lose = before.lease_expiry_ms.is_none();
+    if let Some(killed) = ctx.view.killed(owner).filter(|&k| dead_may_lose && k <= now) {
         return Ok(format!("{owner} was killed at {killed} ms"));
     }
     let last = last_sign_of_life(ctx, owner);
     let silent_since = last.unwrap_or(0);
-    if now.saturating_sub(silent_since) >= cfg.dead_after_ms {
+    if dead_may_lose && now.saturating_sub(silent_since) >= cfg.dead_after_ms {
         return Ok(format!("{owner} was silent at the store since {silent_since} ms"));
     }
     if let Some(r) = request.filter(|r| r.from == Sender::Worker(owner)) {
@@ -108,7 +114,7 @@ impl Checker for LeaseRevocation {
     }
 
     fn about(&self) -> &'static str {
-        "store seam: a lease is taken from its holder only when it expired, its owner was dead or silent for dead_after_ms, or the owner released it itself"
+        "store seam: a lease is taken from its holder only when it expired, the owner of a heartbeat-owned task was dead or silent for dead_after_ms, or the owner released it itself"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -174,6 +180,22 @@ mod tests {
                 .at(3_009).released(1, 1, o(2, 1))
                 .build()
             => &[(NAME, Some(1))];
+        killed_owners_lease_reclaimed_before_its_expiry:
+            // A too-eager reclaim: p1 is dead, but its workflow lease (3 s
+            // TTL in this world) runs until 3_010 ms; its death is no reason.
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).killed(o(1, 1))
+                .at(3_009).released(1, 1, o(2, 1))
+                .build()
+            => &[(NAME, Some(1))];
+        killed_owners_lease_reclaimed_at_its_expiry_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).killed(o(1, 1))
+                .at(3_010).released(1, 1, o(2, 1))
+                .build()
+            => PASS;
         heartbeat_owned_task_of_a_live_owner_reclaimed:
             // The b-machines shape: reclaim of "expired" leases takes a job
             // whose owner heartbeats on time.
