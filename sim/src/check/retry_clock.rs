@@ -158,8 +158,9 @@ mod tests {
                 .build()
             => PASS;
         claimed_before_the_backoff:
+            // A claim takes only due tasks, so store-reply objects as well.
             failed_once().at(1_099).grant(1, 2, o(1, 1)).build()
-            => &[(NAME, Some(1))];
+            => &[(NAME, Some(1)), ("store-reply", Some(1))];
         backoff_lost_at_the_store:
             // The store commits the failure time as the retry time; the
             // claim that follows is early by the policy.
@@ -174,7 +175,7 @@ mod tests {
                 .created_spec(7, TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 3_000 })
                 .at(2_000).grant(7, 1, o(1, 1))
                 .build()
-            => &[(NAME, Some(7))];
+            => &[(NAME, Some(7)), ("store-reply", Some(7))];
         note_carries_the_wrong_retry_time:
             failed_once().note_sent(o(1, 1), 1, 1, 900).build()
             => &[(NAME, Some(1))];

@@ -138,7 +138,8 @@ mod tests {
                 .attempt_ok(10, 2, 1, o(1, 1))
                 .attempt_ok(300, 1, 1, o(1, 1))
                 .build()
-            => &[(NAME, Some(2))];
+            // t2 is claimed ahead of t1, due earlier: store-reply objects too.
+            => &[(NAME, Some(2)), ("store-reply", Some(2))];
         stage_gets_a_second_live_task:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).pipeline(9, 1).created_stage(1, 9, 0)
                 .at(5).created_stage(2, 9, 0)

@@ -13,7 +13,7 @@ use super::view::held_by;
 use super::{answer, Answer, Checker, Ctx, Violation};
 use crate::history::Record;
 use crate::truth::{Commit, TaskChange};
-use leasesim::ids::{Fence, Owner, StageRef};
+use leasesim::ids::{Fence, Owner, StageRef, TaskId};
 use leasesim::proto::{Grant, Request, Response};
 use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
 
@@ -151,7 +151,39 @@ impl Judge<'_> {
         told.sort_by_key(|g| g.fence);
         let mut done = committed.clone();
         done.sort_by_key(|g| g.fence);
-        (told != done).then(|| format!("a claim answered grants {told:?} but committed {done:?}"))
+        if told != done {
+            return Some(format!("a claim answered grants {told:?} but committed {done:?}"));
+        }
+        self.claim_order(max)
+    }
+
+    /// A claim takes the due ready tasks in (retry time, id) order, as many
+    /// as asked for or as are due: no task is passed over for a later one,
+    /// and none is left behind while the claim had room.
+    fn claim_order(&self, max: u32) -> Option<String> {
+        let mut due: Vec<(u64, TaskId)> = self
+            .ctx
+            .view
+            .ready
+            .iter()
+            .filter_map(|&id| self.ctx.view.task(id).map(|t| &t.row))
+            .filter(|row| row.state == TaskState::Ready && row.retry_at_ms <= self.now)
+            .map(|row| (row.retry_at_ms, row.id))
+            .collect();
+        due.sort_unstable();
+        let mut expected: Vec<TaskId> = due.iter().take(max as usize).map(|&(_, id)| id).collect();
+        expected.sort_unstable();
+        let mut granted: Vec<TaskId> = self.c.tasks.iter().map(|ch| ch.after.id).collect();
+        granted.sort_unstable();
+        (granted != expected).then(|| {
+            let first: Vec<String> = due.iter().take(max as usize + 2).map(|(at, id)| format!("t{id}@{at}")).collect();
+            format!(
+                "a claim for at most {max} at {} ms granted {granted:?}, but the first due tasks by (retry time, id) were [{}] ({} due)",
+                self.now,
+                first.join(", "),
+                due.len()
+            )
+        })
     }
 
     fn renew(&self, fence: &Fence) -> Option<String> {
@@ -290,7 +322,7 @@ impl Checker for StoreReply {
     }
 
     fn about(&self) -> &'static str {
-        "store seam: every answer matches what its transaction committed, and a transaction changes only what its request asks for"
+        "store seam: every answer matches what its transaction committed, a transaction changes only what its request asks for, and a claim takes the due tasks in (retry time, id) order, as many as it has room for"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -363,6 +395,28 @@ mod tests {
                 )
                 .build()
             => &[(NAME, Some(1))];
+        claim_passes_over_an_earlier_due_task:
+            // t1 and t2 are both due since 0: a claim for one must take t1.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(2))];
+        claim_leaves_a_due_task_behind:
+            // Asked for two with two due, granted one.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Request::Claim { owner: o(1, 1), max: 2, wait_ms: 0 },
+                    Response::Claimed { grants: vec![Grant { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None }] },
+                    vec![Event::LeaseGranted { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 }],
+                    &[(1, &|t: &mut Task| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; })],
+                )
+                .build()
+            => &[(NAME, Some(1))];
+        claim_in_order_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(20).grant(2, 1, o(1, 1))
+                .build()
+            => PASS;
         valid_completion_refused:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
                 .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
