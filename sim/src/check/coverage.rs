@@ -38,6 +38,7 @@ points! {
     STALE_FAIL = "stale-fail-rejected": "a failure from an attempt that no longer holds its task was refused";
     STALE_RENEW = "stale-renew-rejected": "a renewal from an attempt that no longer holds its task was refused";
     STALE_LEASE_CHECK = "stale-lease-check": "a lease check answered 'not valid' to an attempt that once held the task";
+    LEASE_CHECK_AFTER_EXPIRY = "lease-check-after-expiry": "a lease check reached the store while its attempt still held the task but its lease had run out (not yet reclaimed)";
     STALE_STAGE_WRITE = "stale-stage-write-rejected": "a completion of a stage task from a stale attempt was refused";
     AMBIGUOUS_COMPLETION = "ambiguous-completion": "a completion was applied and its answer lost: the worker cannot know it committed";
     LEASE_EXPIRED_RUNNING = "lease-expired-while-running": "a lease expired at the store while its owner was alive and its body running";
@@ -179,10 +180,14 @@ impl Coverage {
                     self.hit(STALE_RENEW);
                 }
             }
-            Request::LeaseValid { fence }
-                if a.response == &(Response::Valid { valid: false }) && was_granted(fence) =>
-            {
-                self.hit(STALE_LEASE_CHECK)
+            Request::LeaseValid { fence } => {
+                if a.response == &(Response::Valid { valid: false }) && was_granted(fence) {
+                    self.hit(STALE_LEASE_CHECK);
+                }
+                let row = v.task(fence.task).map(|t| &t.row);
+                if row.is_some_and(|r| held_by(r, fence) && r.lease_expiry_ms.is_some_and(|e| e <= now)) {
+                    self.hit(LEASE_CHECK_AFTER_EXPIRY);
+                }
             }
             Request::EnqueueStage { .. } if refused => self.hit(STAGE_REFUSED),
             Request::QueryIndex { lag_timeout_ms, .. } => {
