@@ -73,6 +73,21 @@ fn start_of(k: u64) -> u64 {
     1_000_003 * (k + 1)
 }
 
+/// A measured campaign: `seeds` seeds from `start` over `targets`, faults
+/// drawn per seed, no time budget.
+pub fn campaign(targets: &[Target], start: u64, seeds: u64, jobs: usize, defects: Defects) -> Campaign {
+    Campaign {
+        targets: targets.to_vec(),
+        seeds: SeedSpace::range(start, Some(start + seeds)),
+        deadline: None,
+        jobs,
+        plan: PlanSource::Swarm,
+        watchdog: DEFAULT_WATCHDOG,
+        defects,
+        sabotage: None,
+    }
+}
+
 /// Runs a campaign of at most `seeds` seeds from `start` over `targets` in
 /// `mode`, handing every run to `seen` until it answers "stop".
 fn campaign_from(
@@ -84,16 +99,7 @@ fn campaign_from(
     mode: Mode,
     mut seen: impl FnMut(&Progress<'_>) -> bool,
 ) {
-    let campaign = Campaign {
-        targets: targets.to_vec(),
-        seeds: SeedSpace::range(start, Some(start + seeds)),
-        deadline: None,
-        jobs,
-        plan: PlanSource::Swarm,
-        watchdog: DEFAULT_WATCHDOG,
-        defects,
-        sabotage: None,
-    };
+    let campaign = campaign(targets, start, seeds, jobs, defects);
     let stop = AtomicBool::new(false);
     let on_progress = |p: Progress<'_>| {
         if seen(&p) {
@@ -261,16 +267,7 @@ pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> T
     let mut event_rates = Vec::new();
     let mut sim_rates = Vec::new();
     for _ in 0..repeats {
-        let campaign = Campaign {
-            targets: vec![target.clone()],
-            seeds: SeedSpace::range(1, Some(1 + seeds)),
-            deadline: None,
-            jobs,
-            plan: PlanSource::Swarm,
-            watchdog: DEFAULT_WATCHDOG,
-            defects: Defects::none(),
-            sabotage: None,
-        };
+        let campaign = campaign(std::slice::from_ref(target), 1, seeds, jobs, Defects::none());
         let s = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
         rates.push(s.seeds_per_second);
         event_rates.push(s.events_per_second);

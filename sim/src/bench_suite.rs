@@ -8,9 +8,9 @@
 //! world: no seed's run depends on it.
 
 use crate::bench::{self, median, FindResult, Mode, Throughput};
-use crate::fuzz::{self, Campaign, SeedSpace, Target};
+use crate::fuzz::{self, Campaign, Target};
 use crate::mem;
-use crate::runner::{self, PlanSource, RunSpec, DEFAULT_WATCHDOG};
+use crate::runner::{self, RunSpec, DEFAULT_WATCHDOG};
 use leasesim::defects::{Defect, Defects};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
@@ -175,16 +175,7 @@ pub fn phases_of(target: &Target, seeds: u64) -> Phases {
 }
 
 fn plain_campaign(target: &Target, seeds: u64, jobs: usize) -> Campaign {
-    Campaign {
-        targets: vec![target.clone()],
-        seeds: SeedSpace::range(1, Some(1 + seeds)),
-        deadline: None,
-        jobs,
-        plan: PlanSource::Swarm,
-        watchdog: DEFAULT_WATCHDOG,
-        defects: Defects::none(),
-        sabotage: None,
-    }
+    bench::campaign(std::slice::from_ref(target), 1, seeds, jobs, Defects::none())
 }
 
 /// Peak RSS after the early milestone and at the end of one campaign.
