@@ -121,6 +121,11 @@ pub struct EngineConfig {
     pub maintenance_backoff_cap_ms: u64,
     /// After a failure's backoff, tell peers the task is ready again.
     pub notify_peers: bool,
+    /// The store aborts a transaction that spans round trips once it has
+    /// been open this long (a SQL store's statement or idle-in-transaction
+    /// timeout): nothing it wrote applies, its row locks are released, and
+    /// a statement that waited this long for a lock gives up.
+    pub txn_timeout_ms: u64,
     /// Defect switches (all off: the correct engine). Never read from a
     /// scenario file: only an explicit `--defect` or corpus entry sets them.
     #[serde(skip)]
@@ -156,6 +161,7 @@ impl Default for EngineConfig {
             maintenance_timeout_ms: 29_000,
             maintenance_backoff_cap_ms: 60_000,
             notify_peers: false,
+            txn_timeout_ms: 30_000,
             defects: Defects::none(),
         }
     }
@@ -245,6 +251,7 @@ impl EngineConfig {
             ("maintenance_work_ms", self.maintenance_work_ms, r.maintenance_work_ms),
             ("maintenance_timeout_ms", self.maintenance_timeout_ms, r.period_ms),
             ("maintenance_backoff_cap_ms", self.maintenance_backoff_cap_ms, r.span_ms),
+            ("txn_timeout_ms", self.txn_timeout_ms, r.period_ms),
         ];
         let t = &self.lease_ttl;
         let ttls = [

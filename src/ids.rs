@@ -55,3 +55,19 @@ impl std::fmt::Display for StageRef {
         write!(f, "pipe{}/s{}", self.pipeline, self.index)
     }
 }
+
+/// A transaction that spans round trips between one process and the store
+/// (one session of its connection pool): the `seq`-th transaction its
+/// incarnation began. Never reused, so a late or repeated statement of a
+/// transaction that ended cannot open it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnId {
+    pub owner: Owner,
+    pub seq: u64,
+}
+
+impl std::fmt::Display for TxnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "x{}@{}", self.seq, self.owner)
+    }
+}

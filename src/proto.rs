@@ -4,7 +4,7 @@
 
 use crate::config::MaintenanceKind;
 use crate::handler::TaskError;
-use crate::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId};
+use crate::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId, TxnId};
 use crate::task::{TaskKind, TaskSpec};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -97,6 +97,26 @@ pub enum Request {
         index: IndexId,
         lag_timeout_ms: u64,
     },
+    /// One statement of a transaction that spans round trips (Read
+    /// Committed, as a SQL store runs it). The first statement of a `txn`
+    /// the store has not seen opens it; `commit` sends COMMIT with the
+    /// statement. Until then nothing it wrote is visible to anyone else and
+    /// the rows its fenced statements matched stay locked: other writers
+    /// wait for them, claims and recovery passes skip them. A transaction
+    /// that stays open past the store's `txn_timeout_ms` (a stalled or dead
+    /// client) is aborted with nothing applied; its later statements are
+    /// refused with [`Rejection::TxnClosed`]. Only attempt-scoped
+    /// statements run in a transaction: a lease check (`SELECT … FOR
+    /// UPDATE`), complete, fail and clear-stage-link.
+    Exec {
+        txn: TxnId,
+        stmt: Box<Request>,
+        commit: bool,
+    },
+    /// Ends a transaction with nothing applied (and its locks released).
+    Rollback {
+        txn: TxnId,
+    },
 }
 
 impl Request {
@@ -120,12 +140,43 @@ impl Request {
             Request::PipelineSnapshot { .. } => "pipeline-snapshot",
             Request::EnqueueStage { .. } => "enqueue-stage",
             Request::QueryIndex { .. } => "query-index",
+            // A statement keeps its own name: faults and logs aimed at an
+            // operation find it inside a transaction too.
+            Request::Exec { stmt, .. } => stmt.op_name(),
+            Request::Rollback { .. } => "rollback",
         }
+    }
+
+    /// The request itself, or the statement a transaction runs.
+    pub fn statement(&self) -> &Request {
+        match self {
+            Request::Exec { stmt, .. } => stmt,
+            other => other,
+        }
+    }
+
+    /// The transaction this request belongs to, if it spans round trips.
+    pub fn txn(&self) -> Option<TxnId> {
+        match self {
+            Request::Exec { txn, .. } | Request::Rollback { txn } => Some(*txn),
+            _ => None,
+        }
+    }
+
+    /// May this request run as a statement of a transaction?
+    pub fn runs_in_txn(&self) -> bool {
+        matches!(
+            self,
+            Request::LeaseValid { .. }
+                | Request::Complete { .. }
+                | Request::Fail { .. }
+                | Request::ClearStageLink { .. }
+        )
     }
 
     /// Is this an outcome write (complete or fail) made for an attempt?
     pub fn is_outcome_write(&self) -> bool {
-        matches!(self, Request::Complete { .. } | Request::Fail { .. } | Request::ClearStageLink { .. })
+        matches!(self.statement(), Request::Complete { .. } | Request::Fail { .. } | Request::ClearStageLink { .. })
     }
 }
 
@@ -159,6 +210,10 @@ pub enum Rejection {
     /// The statement timed out: the transaction is no longer open and
     /// nothing was applied.
     TimedOut,
+    /// The transaction is no longer open (it timed out, its client was
+    /// replaced, the store restarted, or it already ended): nothing it wrote
+    /// applies, and the statement did not run.
+    TxnClosed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -121,6 +121,30 @@ impl Variant for CompletesByTaskId {
     }
 }
 
+/// A transaction pooler between the engine and the store: each statement
+/// goes to whichever server session is free, so a transaction's later
+/// statements land where it is not open ("no transaction in progress"),
+/// while the session that opened it keeps it, and its locks, open.
+#[derive(Default)]
+struct TransactionPooler {
+    opened: std::sync::Mutex<std::collections::BTreeSet<leasesim::ids::TxnId>>,
+}
+
+impl Variant for TransactionPooler {
+    fn name(&self) -> &str {
+        "transaction pooler"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        if let Request::Exec { txn, .. } = &req {
+            if !self.opened.lock().expect("opened").insert(*txn) {
+                let closed = Response::Rejected { reason: leasesim::proto::Rejection::TxnClosed };
+                return Box::pin(async move { closed });
+            }
+        }
+        Box::pin(server.handle(req))
+    }
+}
+
 /// A claim first takes one leased task away from another owner, whatever its
 /// lease, so the claim can grant it.
 struct ClaimSteals;
@@ -272,7 +296,7 @@ impl Variant for Calls {
 
 /// A refused completion is taken for an applied one.
 fn completion_always_applies(_: Option<Owner>, req: Request, send: Call) -> Answer {
-    let complete = matches!(req, Request::Complete { .. });
+    let complete = matches!(req.statement(), Request::Complete { .. });
     Box::pin(async move {
         match send(req).await {
             Ok(Response::Rejected { .. }) if complete => Ok(Response::Applied { retries: 0, retry_at_ms: None }),
@@ -336,6 +360,10 @@ fn grants_twice(_: Option<Owner>, req: Request, send: Call) -> Answer {
 fn failure_completes(_: Option<Owner>, req: Request, send: Call) -> Answer {
     let req = match req {
         Request::Fail { fence, .. } => Request::Complete { fence },
+        Request::Exec { txn, stmt, commit } => match *stmt {
+            Request::Fail { fence, .. } => Request::Exec { txn, stmt: Box::new(Request::Complete { fence }), commit },
+            stmt => Request::Exec { txn, stmt: Box::new(stmt), commit },
+        },
         Request::LeaseValid { fence } => return Box::pin(async move { send(Request::LeaseValid { fence }).await }),
         other => other,
     };
@@ -352,7 +380,7 @@ fn never_renews(_: Option<Owner>, req: Request, send: Call) -> Answer {
 
 /// Completions of index builds and stages are lost at the worker.
 fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> Answer {
-    if matches!(req, Request::Complete { .. }) {
+    if matches!(req.statement(), Request::Complete { .. }) {
         return Box::pin(async { Err(RpcError::Unavailable) });
     }
     send(req)
@@ -386,6 +414,7 @@ fitness! {
     exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
     enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_retried), within 40;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
+    transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
     query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;
     single_flight: "single-flight-maintenance" in "a-index-builds" by Calls("maintenance call times out", maintenance_times_out), within 60;
     reconciliation: "reconciliation" in "c-workflows" by Sweeper, within 40;

@@ -62,7 +62,7 @@ fn save_writes_one_entry_per_signature_and_never_overwrites() {
 #[test]
 fn shrinking_keeps_the_failure_and_makes_the_case_smaller() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml");
+        .join("../corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml");
     let entry = Entry::load(&path).expect("the corpus entry parses");
     let spec = entry.spec(&path).expect("its run");
     let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };

@@ -10,12 +10,13 @@ mod repair;
 pub mod server;
 #[cfg(test)]
 mod tests;
+mod txn;
 
 use crate::config::{EngineConfig, MaintenanceKind};
 use crate::defects::Defect;
 use crate::event::{Event, Observer, ReleaseCause, WriteKind};
 use crate::handler::TaskError;
-use crate::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId};
+use crate::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use crate::proto::{Grant, Rejection, Request, Response};
 use crate::task::{Task, TaskKind, TaskSpec, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,6 +57,13 @@ pub struct Store {
     built: BTreeMap<IndexId, TaskId>,
     materialized: BTreeSet<IndexId>,
     repair: BTreeMap<GroupId, RepairState>,
+    /// Transactions that span round trips, open now (see `txn.rs`).
+    txns: BTreeMap<TxnId, txn::OpenTxn>,
+    /// Transactions that ended: a late or repeated statement of one is
+    /// refused, never opens it again.
+    txn_ended: BTreeSet<TxnId>,
+    /// Transactions ended so far (a change may release locks).
+    txn_ends: u64,
 }
 
 impl Store {
@@ -72,6 +80,9 @@ impl Store {
             built: BTreeMap::new(),
             materialized: BTreeSet::new(),
             repair: BTreeMap::new(),
+            txns: BTreeMap::new(),
+            txn_ended: BTreeSet::new(),
+            txn_ends: 0,
         }
     }
 
@@ -142,9 +153,26 @@ impl Store {
             .min()
     }
 
-    /// Applies one request as one transaction at store time `now_ms`.
+    /// Applies one request at store time `now_ms`: one transaction, or one
+    /// statement of a transaction that spans round trips. A request that
+    /// still waits for a row lock another transaction holds has waited as
+    /// long as it may (the server waits before it applies): it times out,
+    /// and a statement's transaction aborts with it.
     pub fn apply(&mut self, now_ms: u64, req: &Request, obs: &dyn Observer) -> Response {
+        if self.blocked_until(now_ms, req).is_some() {
+            if let Some(txn) = req.txn() {
+                self.rollback(txn);
+            }
+            return Response::Rejected { reason: Rejection::TimedOut };
+        }
+        self.apply_request(now_ms, req, obs)
+    }
+
+    /// Applies one request that holds every lock it needs.
+    fn apply_request(&mut self, now_ms: u64, req: &Request, obs: &dyn Observer) -> Response {
         match req {
+            Request::Exec { txn, stmt, commit } => self.exec(now_ms, *txn, stmt, *commit, obs),
+            Request::Rollback { txn } => self.rollback(*txn),
             Request::Enqueue { spec, key } => match key.and_then(|k| self.keys.get(&k)) {
                 Some(&task) => Response::Enqueued { task },
                 None => {
@@ -235,7 +263,7 @@ impl Store {
         let mut due: Vec<(u64, TaskId)> = self
             .tasks
             .values()
-            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms <= now_ms)
+            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms <= now_ms && !self.locked(t.id))
             .map(|t| (t.retry_at_ms, t.id))
             .collect();
         due.sort_unstable();
@@ -348,7 +376,14 @@ impl Store {
     }
 
     fn clear_stage_link(&mut self, _now_ms: u64, fence: Fence, obs: &dyn Observer) -> Response {
-        if let Err(reason) = self.check_fence(&fence) {
+        if self.completions.get(&fence.task) == Some(&fence) {
+            // This attempt completed the task (and cleared the link with it):
+            // its transaction is being tried again after a lost answer.
+            let retries = self.tasks[&fence.task].retries;
+            return Response::Applied { retries, retry_at_ms: None };
+        }
+        // Part of the completion: fenced as complete and fail are.
+        if let Err(reason) = self.check_outcome_fence(&fence) {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::ClearStageLink, reason });
             return Response::Rejected { reason };
         }
@@ -388,7 +423,10 @@ impl Store {
 
     fn observe_incarnation(&mut self, owner: Owner) {
         let newest = self.incarnations.entry(owner.proc).or_insert(owner.incarnation);
-        *newest = (*newest).max(owner.incarnation);
+        if owner.incarnation > *newest {
+            *newest = owner.incarnation;
+            self.abort_txns_before(owner);
+        }
     }
 
     /// Is this process incarnation dead: superseded by a restart, or silent
@@ -408,7 +446,7 @@ impl Store {
         let victims: Vec<TaskId> = self
             .tasks
             .values()
-            .filter(|t| t.state == TaskState::Leased && t.lease_expiry_ms.is_none())
+            .filter(|t| t.state == TaskState::Leased && t.lease_expiry_ms.is_none() && !self.locked(t.id))
             .filter(|t| t.owner.is_some_and(|o| self.owner_dead(o, now_ms)))
             .map(|t| t.id)
             .collect();
@@ -435,7 +473,7 @@ impl Store {
         let victims: Vec<TaskId> = self
             .tasks
             .values()
-            .filter(|t| t.state == TaskState::Leased && t.owner == Some(owner))
+            .filter(|t| t.state == TaskState::Leased && t.owner == Some(owner) && !self.locked(t.id))
             .filter(|t| !running.contains(&t.id) && listed_ms.saturating_sub(t.updated_ms) > older_than_ms)
             .map(|t| t.id)
             .collect();
@@ -451,7 +489,7 @@ impl Store {
         let victims: Vec<TaskId> = self
             .tasks
             .values()
-            .filter(|t| t.state == TaskState::Leased && t.spec.group.is_none())
+            .filter(|t| t.state == TaskState::Leased && t.spec.group.is_none() && !self.locked(t.id))
             .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
             .map(|t| t.id)
             .collect();

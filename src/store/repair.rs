@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 impl Store {
     pub(super) fn repair_groups(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
         let mut leased: BTreeMap<GroupId, Vec<&Task>> = BTreeMap::new();
-        for task in self.tasks.values() {
+        // Rows a transaction holds are skipped (SKIP LOCKED) until it ends.
+        for task in self.tasks.values().filter(|t| !self.locked(t.id)) {
             if let (TaskState::Leased, Some(group), Some(_)) = (task.state, task.spec.group, task.lease_expiry_ms) {
                 leased.entry(group).or_default().push(task);
             }

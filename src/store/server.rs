@@ -20,22 +20,59 @@ pub struct StoreServer {
     clock: Arc<dyn Clock>,
     obs: Arc<dyn Observer>,
     maintenance_work_ms: u64,
+    /// How long a request may wait for a row lock.
+    lock_wait_ms: u64,
 }
 
 impl StoreServer {
     pub fn new(cfg: EngineConfig, clock: Arc<dyn Clock>, obs: Arc<dyn Observer>) -> Self {
-        let maintenance_work_ms = cfg.maintenance_work_ms;
-        StoreServer { store: Mutex::new(Store::new(cfg)), changed: Notify::new(), clock, obs, maintenance_work_ms }
+        let (maintenance_work_ms, lock_wait_ms) = (cfg.maintenance_work_ms, cfg.txn_timeout_ms);
+        let store = Mutex::new(Store::new(cfg));
+        StoreServer { store, changed: Notify::new(), clock, obs, maintenance_work_ms, lock_wait_ms }
     }
 
-    /// Applies `req` now, in one transaction.
+    /// Applies `req` now (one transaction, or one statement of one).
     pub fn apply_now(&self, req: &Request) -> Response {
         let now_ms = self.clock.now_ms();
-        let resp = self.store.lock().expect("store lock").apply(now_ms, req, &*self.obs);
-        if changes_state(req, &resp) {
+        let mut store = self.store.lock().expect("store lock");
+        let ends = store.txn_ends();
+        let resp = store.apply(now_ms, req, &*self.obs);
+        // A transaction that ended released its locks: waiters look again.
+        let released = store.txn_ends() != ends;
+        drop(store);
+        if released || changes_state(req, &resp) {
             self.changed.notify_waiters();
         }
         resp
+    }
+
+    /// The store process restarted: what committed survives, the
+    /// transactions it had open do not.
+    pub fn lose_open_transactions(&self) {
+        self.store.lock().expect("store lock").abort_all_txns();
+        self.changed.notify_waiters();
+    }
+
+    /// Applies `req` once no other transaction holds a row it writes, or
+    /// when it has waited `txn_timeout_ms` for one (it then times out).
+    async fn apply_unlocked(&self, req: &Request) -> Response {
+        let give_up_ms = self.clock.now_ms() + self.lock_wait_ms;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now_ms = self.clock.now_ms();
+            let blocked = self.store.lock().expect("store lock").blocked_until(now_ms, req);
+            let Some(holder_deadline_ms) = blocked.filter(|_| now_ms < give_up_ms) else {
+                return self.apply_now(req);
+            };
+            let wake_ms = give_up_ms.min(holder_deadline_ms).max(now_ms + 1);
+            tokio::select! {
+                biased;
+                _ = &mut changed => {}
+                _ = tokio::time::sleep(Duration::from_millis(wake_ms - now_ms)) => {}
+            }
+        }
     }
 
     /// A read-only look at the state (for end-of-run reports and tests).
@@ -70,7 +107,7 @@ impl StoreServer {
                 tokio::time::sleep(Duration::from_millis(self.maintenance_work_ms)).await;
                 self.apply_now(&req)
             }
-            _ => self.apply_now(&req),
+            _ => self.apply_unlocked(&req).await,
         }
     }
 
@@ -86,8 +123,10 @@ impl StoreServer {
             if done(&resp) || now_ms >= deadline_ms {
                 return resp;
             }
-            let next_due_ms = self.with_store(|s| s.next_due_ms(now_ms)).unwrap_or(u64::MAX);
-            let wake_ms = deadline_ms.min(next_due_ms);
+            // A task becoming due, or a transaction timing out (its rows
+            // are no longer skipped), may change the answer.
+            let (next_due_ms, next_txn_end_ms) = self.with_store(|s| (s.next_due_ms(now_ms), s.next_txn_deadline_ms()));
+            let wake_ms = deadline_ms.min(next_due_ms.unwrap_or(u64::MAX)).min(next_txn_end_ms.unwrap_or(u64::MAX));
             tokio::select! {
                 biased;
                 _ = &mut changed => {}
@@ -105,6 +144,8 @@ fn changes_state(req: &Request, resp: &Response) -> bool {
         (_, Response::Rejected { .. }) => false,
         (Request::Claim { .. }, Response::Claimed { grants }) => !grants.is_empty(),
         (Request::Heartbeat { .. }, _) => false,
+        // Only a commit or a rollback changes what others see.
+        (Request::Exec { commit, .. }, _) => *commit,
         (Request::QueryIndex { .. } | Request::PipelineSnapshot { .. } | Request::LeaseValid { .. }, _) => false,
         (
             Request::ReleaseDead { .. }

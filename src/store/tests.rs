@@ -911,3 +911,132 @@ fn claim_takes_due_ready_tasks_in_retry_time_order_up_to_max() {
     assert!(h.claim(C, 0).is_empty());
     assert_eq!(h.at(10_000).claim_one(C).task, future);
 }
+
+// ---------------------------------------------------------------------------
+// Transactions that span round trips (txn.rs).
+// ---------------------------------------------------------------------------
+
+fn stmt(seq: u64, owner: Owner, req: Request, commit: bool) -> Request {
+    Request::Exec { txn: TxnId { owner, seq }, stmt: Box::new(req), commit }
+}
+
+/// t1 (a workflow task, 10 s lease) claimed by `A` at 0 and failing: its
+/// transaction has locked the row with a lease check at 1000.
+fn failing_in_txn() -> (Harness, Fence) {
+    let mut h = Harness::new();
+    let id = h.enqueue_kind(TaskKind::WorkflowTask, None);
+    let fence = h.claim_one(A);
+    assert_eq!(fence.task, id);
+    h.at(1_000);
+    assert_eq!(h.apply(stmt(1, A, Request::LeaseValid { fence }, false)), Response::Valid { valid: true });
+    h.obs.take();
+    (h, fence)
+}
+
+#[test]
+fn a_transaction_writes_nothing_visible_until_it_commits() {
+    let (mut h, fence) = failing_in_txn();
+    let before = h.task(fence.task);
+    let fail = Request::Fail { fence, error: TaskError::Conflict };
+    let answer = h.at(1_100).apply(stmt(1, A, fail.clone(), false));
+    assert_eq!(answer, Response::Applied { retries: 1, retry_at_ms: Some(1_100 + h.cfg().retry_backoff_ms(1)) });
+    assert_eq!(h.task(fence.task), before, "an uncommitted failure shows");
+    assert_eq!(h.obs.take(), vec![], "an uncommitted write reports");
+    // The row is locked: a renewal waits for it (here it has waited all it
+    // may), recovery skips it even once the lease has run out.
+    assert_eq!(h.apply(Request::Renew { fence }), Response::Rejected { reason: Rejection::TimedOut });
+    assert_eq!(h.at(20_000).released(Request::ReclaimExpired { by: B }), 0);
+    assert_eq!(h.task(fence.task), before);
+    // COMMIT (with a harmless second statement) writes the failure as it
+    // was computed at 1_100, and reports it then.
+    let answer = h.apply(stmt(1, A, Request::LeaseValid { fence }, true));
+    assert_eq!(answer, Response::Valid { valid: false }, "the statement sees the transaction's own failure");
+    let row = h.task(fence.task);
+    assert_eq!((row.state, row.retries, row.retry_at_ms), (TaskState::Ready, 1, 1_100 + h.cfg().retry_backoff_ms(1)));
+    let events = h.obs.take();
+    assert!(
+        matches!(events.as_slice(), [Event::LeaseChecked { .. }, Event::WriteApplied { write: WriteKind::Fail, .. }]),
+        "{events:?}"
+    );
+    assert_eq!(h.store.open_txns().count(), 0);
+}
+
+#[test]
+fn a_transaction_open_past_its_timeout_is_aborted_with_nothing_applied() {
+    let (mut h, fence) = failing_in_txn();
+    let snapshot_row = h.task(fence.task);
+    let timeout_ms = h.cfg().txn_timeout_ms;
+    let fail = Request::Fail { fence, error: TaskError::Conflict };
+    assert!(matches!(h.at(1_100).apply(stmt(1, A, fail.clone(), false)), Response::Applied { .. }));
+    assert_eq!(h.store.blocked_until(1_100, &Request::Renew { fence }), Some(1_000 + timeout_ms));
+    h.at(1_000 + timeout_ms);
+    assert_eq!(h.store.blocked_until(h.now, &Request::Renew { fence }), None, "the lock outlived the transaction");
+    assert_eq!(h.apply(stmt(1, A, fail, true)), Response::Rejected { reason: Rejection::TxnClosed });
+    assert_eq!(h.task(fence.task), snapshot_row, "an aborted transaction applied something");
+    assert_eq!(h.obs.take(), vec![]);
+    // Once free, the expired lease is reclaimed as usual.
+    assert_eq!(h.released(Request::ReclaimExpired { by: B }), 1);
+}
+
+#[test]
+fn a_transaction_ends_with_its_client_and_never_reopens() {
+    let (mut h, fence) = failing_in_txn();
+    let fail = Request::Fail { fence, error: TaskError::Conflict };
+    // A restarted A (a newer incarnation) reaches the store: the old
+    // connection's transaction is gone, its later statements refused.
+    h.at(1_200).heartbeat(A1);
+    assert_eq!(h.store.open_txns().count(), 0);
+    assert_eq!(h.apply(stmt(1, A, fail.clone(), true)), Response::Rejected { reason: Rejection::TxnClosed });
+    assert_eq!(h.task(fence.task).state, TaskState::Leased);
+    // A rolled-back or committed transaction never opens again, even when
+    // its first statement is delivered a second time.
+    let (mut h, fence) = failing_in_txn();
+    assert_eq!(h.apply(Request::Rollback { txn: TxnId { owner: A, seq: 1 } }), Response::Ack);
+    assert_eq!(
+        h.apply(stmt(1, A, Request::LeaseValid { fence }, false)),
+        Response::Rejected { reason: Rejection::TxnClosed }
+    );
+    assert_eq!(
+        h.apply(Request::Rollback { txn: TxnId { owner: A, seq: 1 } }),
+        Response::Rejected { reason: Rejection::TxnClosed }
+    );
+    assert_eq!(h.store.open_txns().count(), 0);
+}
+
+#[test]
+fn a_second_transaction_waits_for_the_row_and_a_stale_fence_locks_nothing() {
+    let (mut h, fence) = failing_in_txn();
+    // Another transaction on the same row waits (its wait ran out here:
+    // it times out and is aborted); one with a stale fence matches no row
+    // and takes no lock.
+    let check = Request::LeaseValid { fence };
+    assert_eq!(h.store.blocked_until(1_000, &stmt(2, A, check.clone(), false)), Some(1_000 + h.cfg().txn_timeout_ms));
+    assert_eq!(h.apply(stmt(2, A, check, false)), Response::Rejected { reason: Rejection::TimedOut });
+    assert_eq!(h.store.open_txns().collect::<Vec<_>>(), vec![TxnId { owner: A, seq: 1 }]);
+    let stale = Fence { attempt: fence.attempt + 1, ..fence };
+    assert_eq!(h.apply(stmt(1, B, Request::LeaseValid { fence: stale }, false)), Response::Valid { valid: false });
+    assert_eq!(h.store.lock_holder(fence.task), Some(TxnId { owner: A, seq: 1 }));
+}
+
+#[test]
+fn a_stage_completion_in_one_transaction_is_idempotent_for_its_attempt() {
+    let mut h = Harness::new();
+    h.apply(Request::CreatePipeline { pipeline: 5, stages: 2 });
+    let stage = StageRef { pipeline: 5, index: 0 };
+    assert!(matches!(h.apply(Request::EnqueueStage { stage }), Response::Enqueued { .. }));
+    let fence = h.claim_one(A);
+    let clear = Request::ClearStageLink { fence };
+    assert!(matches!(h.apply(stmt(1, A, clear.clone(), false)), Response::Applied { .. }));
+    assert_eq!(h.store.stage(stage).map(|r| r.done), Some(false), "the stage shows done before COMMIT");
+    assert!(matches!(h.apply(stmt(1, A, Request::Complete { fence }, true)), Response::Applied { .. }));
+    assert_eq!(h.store.stage(stage).cloned(), Some(StageRow { task: None, done: true }));
+    assert_eq!(h.task(fence.task).state, TaskState::Done);
+    // The whole transaction again (its COMMIT's answer was lost): applied,
+    // and nothing changes.
+    let rows =
+        |h: &Harness| (h.task(fence.task), h.store.stage(stage).cloned(), h.store.completions().collect::<Vec<_>>());
+    let before = rows(&h);
+    assert!(matches!(h.apply(stmt(2, A, clear, false)), Response::Applied { .. }));
+    assert!(matches!(h.apply(stmt(2, A, Request::Complete { fence }, true)), Response::Applied { .. }));
+    assert_eq!(rows(&h), before);
+}

@@ -95,39 +95,48 @@ async fn finalize<T: Transport, H: TaskHandler>(
             }
         }
         Err(error) => {
-            // Only the current attempt may record a failure.
-            let Ok(Response::Valid { valid: true }) = outcome_call(ctx, Request::LeaseValid { fence }, patience).await
-            else {
-                return;
-            };
-            if let Ok(Response::Applied { retries, retry_at_ms: Some(retry_at_ms) }) =
-                outcome_call(ctx, Request::Fail { fence, error }, patience).await
-            {
+            // Only the current attempt may record a failure: the lease check
+            // locks the row (`SELECT … FOR UPDATE`), so nobody can take the
+            // task between the check and the write that commits with it.
+            let check = Request::LeaseValid { fence };
+            let write = Request::Fail { fence, error };
+            let answers = transaction(ctx, &[check, write], is_valid, patience).await;
+            if let Some(Response::Applied { retries, retry_at_ms: Some(retry_at_ms) }) = answers.get(1) {
                 if ctx.cfg.notify_peers {
-                    spawn_note(ctx, fence, retries, retry_at_ms);
+                    spawn_note(ctx, fence, *retries, *retry_at_ms);
                 }
             }
         }
     }
 }
 
+fn is_valid(resp: &Response) -> bool {
+    matches!(resp, Response::Valid { valid: true })
+}
+
 /// Records success. A stage task's completion clears its stage link, marks
-/// the stage done and deletes the task in one transaction.
+/// the stage done and completes the task in one transaction.
 async fn complete<T: Transport, H: TaskHandler>(
     ctx: &Arc<Ctx<T, H>>,
     fence: Fence,
     kind: TaskKind,
     patience: Patience,
 ) -> bool {
-    if kind == TaskKind::Stage && ctx.cfg.defects.on(Defect::NonatomicStageComplete) {
+    let applied = |resp: Option<&Response>| matches!(resp, Some(Response::Applied { .. }));
+    if kind != TaskKind::Stage {
+        return applied(outcome_call(ctx, Request::Complete { fence }, patience).await.as_ref().ok());
+    }
+    if ctx.cfg.defects.on(Defect::NonatomicStageComplete) {
         // B3: two transactions; a crash or a lost write between them leaves
         // a task that no stage references.
-        if !matches!(outcome_call(ctx, Request::ClearStageLink { fence }, patience).await, Ok(Response::Applied { .. }))
-        {
+        if !applied(outcome_call(ctx, Request::ClearStageLink { fence }, patience).await.as_ref().ok()) {
             return false;
         }
+        return applied(outcome_call(ctx, Request::Complete { fence }, patience).await.as_ref().ok());
     }
-    matches!(outcome_call(ctx, Request::Complete { fence }, patience).await, Ok(Response::Applied { .. }))
+    let stmts = [Request::ClearStageLink { fence }, Request::Complete { fence }];
+    let answers = transaction(ctx, &stmts, |resp| applied(Some(resp)), patience).await;
+    applied(answers.get(1))
 }
 
 /// One outcome write (or lease check), sent again while it gets no answer
@@ -153,6 +162,69 @@ async fn outcome_call<T: Transport, H: TaskHandler>(
             Some(resp) => return Ok(resp),
         }
     }
+}
+
+/// Statements that must commit together, one round trip each, the last sent
+/// with COMMIT; `go_on` decides after each earlier one whether to continue
+/// (if not, the transaction is rolled back). Returns the answers of the try
+/// that finished. A try that gets no answer, a retryable conflict, a lock
+/// wait that timed out or a transaction that is no longer open is rolled
+/// back and the whole transaction is tried again, as a new one: nothing of
+/// it applied, or (an answer lost after COMMIT) it did and a second try is
+/// refused harmlessly or answered as applied (a completion is idempotent for
+/// its own attempt). The finalization deadline around it bounds the tries.
+async fn transaction<T: Transport, H: TaskHandler>(
+    ctx: &Arc<Ctx<T, H>>,
+    stmts: &[Request],
+    go_on: impl Fn(&Response) -> bool,
+    patience: Patience,
+) -> Vec<Response> {
+    let mut pause_ms = 100;
+    loop {
+        let txn = ctx.new_txn();
+        let mut answers = Vec::with_capacity(stmts.len());
+        for (i, stmt) in stmts.iter().enumerate() {
+            let commit = i + 1 == stmts.len();
+            let req = Request::Exec { txn, stmt: Box::new(stmt.clone()), commit };
+            let answer = match patience {
+                Patience::Forever => ctx.transport.call(req).await.ok(),
+                Patience::Retry => ctx.call(req).await,
+            };
+            match answer {
+                Some(resp) if !retryable(&resp) && (commit || go_on(&resp)) => answers.push(resp),
+                Some(resp) if !retryable(&resp) => {
+                    answers.push(resp);
+                    spawn_rollback(ctx, txn);
+                    return answers;
+                }
+                _ if matches!(patience, Patience::Forever) => return answers,
+                _ => {
+                    spawn_rollback(ctx, txn);
+                    answers.clear();
+                    break;
+                }
+            }
+        }
+        if !answers.is_empty() {
+            return answers;
+        }
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        pause_ms = (pause_ms * 2).min(ctx.cfg.rpc_timeout_ms);
+    }
+}
+
+/// Answers after which the transaction is tried again from the start.
+fn retryable(resp: &Response) -> bool {
+    matches!(resp, Response::Rejected { reason: Rejection::Conflict | Rejection::TimedOut | Rejection::TxnClosed })
+}
+
+/// Ends a transaction the worker gave up on, without waiting: the store
+/// times it out anyway if the rollback is lost.
+fn spawn_rollback<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, txn: crate::ids::TxnId) {
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        ctx.call(Request::Rollback { txn }).await;
+    });
 }
 
 /// After the committed backoff, tell peers the task is ready again. The note

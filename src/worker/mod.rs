@@ -36,11 +36,19 @@ pub(crate) struct Ctx<T, H> {
     pub kick: Notify,
     /// Tasks this process is executing or finalizing (for same-owner recovery).
     pub running: std::sync::Mutex<std::collections::BTreeSet<(crate::ids::TaskId, u32)>>,
+    /// The sequence number of the last transaction this incarnation opened.
+    pub last_txn: std::sync::atomic::AtomicU64,
 }
 
 impl<T: Transport, H: TaskHandler> Ctx<T, H> {
     pub fn emit(&self, event: Event) {
         self.obs.emit(event);
+    }
+
+    /// A transaction this incarnation has never used.
+    pub fn new_txn(&self) -> crate::ids::TxnId {
+        let seq = self.last_txn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        crate::ids::TxnId { owner: self.owner, seq }
     }
 
     /// A store call bounded by `deadline_ms`. `None` means the call never
@@ -110,6 +118,7 @@ impl<T: Transport, H: TaskHandler> Worker<T, H> {
             permits,
             kick: Notify::new(),
             running: Default::default(),
+            last_txn: Default::default(),
         };
         Worker { ctx: Arc::new(ctx) }
     }

@@ -135,6 +135,11 @@ impl Tx<'_> {
             Request::PipelineSnapshot { .. } => pipeline_snapshot(self),
             Request::EnqueueStage { stage } => enqueue_stage(self, *stage),
             Request::QueryIndex { index, .. } => query_index(self, *index),
+            // One request is one transaction here; transactions that span
+            // round trips need a session each (not generated yet).
+            Request::Exec { .. } | Request::Rollback { .. } => {
+                unimplemented!("pg store: {} needs a session per transaction", req.op_name())
+            }
         }
     }
 
@@ -315,6 +320,11 @@ fn lease_valid(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
 /// does not hold, the same attempt's retried completion (its first answer
 /// was lost) is answered "applied" again with nothing changed; anything else
 /// is rejected.
+/// The completion of this very attempt, tried again after a lost answer.
+const COMPLETED_BY: &str = "
+    SELECT retries FROM tasks
+    WHERE id = $1 AND state = 'done' AND attempt = $2 AND completed_proc = $3 AND completed_incarnation = $4";
+
 fn complete(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
     const SQL: &str = concat!(
         "UPDATE tasks SET state = 'done', owner_proc = NULL, owner_incarnation = NULL, lease_expiry_ms = NULL,
@@ -329,13 +339,10 @@ fn complete(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
         INSERT INTO built_indexes (index_id, task_id)
         SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM materialized_indexes WHERE index_id = $1)
         ON CONFLICT (index_id) DO NOTHING";
-    const RETRIED: &str = "
-        SELECT retries FROM tasks
-        WHERE id = $1 AND state = 'done' AND attempt = $2 AND completed_proc = $3 AND completed_incarnation = $4";
     let now = tx.now_ms;
     let [id, attempt, proc, incarnation] = fence_params(fence);
     let Some(row) = tx.query_opt(SQL, &[&id, &attempt, &proc, &incarnation, &now])? else {
-        return match tx.query_opt(RETRIED, &[&id, &attempt, &proc, &incarnation])? {
+        return match tx.query_opt(COMPLETED_BY, &[&id, &attempt, &proc, &incarnation])? {
             Some(row) => Ok(Response::Applied { retries: num(row.get(0)), retry_at_ms: None }),
             None => rejected(tx, fence),
         };
@@ -382,7 +389,12 @@ fn clear_stage_link(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
     const SQL: &str = concat!("SELECT retries, stage_pipeline, stage_index FROM tasks WHERE ", fenced!(), " FOR SHARE");
     let [id, attempt, proc, incarnation] = fence_params(fence);
     let Some(row) = tx.query_opt(SQL, &[&id, &attempt, &proc, &incarnation])? else {
-        return rejected(tx, fence);
+        // This attempt completed the task, stage and all: its transaction
+        // is being tried again after a lost answer.
+        return match tx.query_opt(COMPLETED_BY, &[&id, &attempt, &proc, &incarnation])? {
+            Some(row) => Ok(Response::Applied { retries: num(row.get(0)), retry_at_ms: None }),
+            None => rejected(tx, fence),
+        };
     };
     finish_stage(tx, id, row.get(1), row.get(2))?;
     Ok(Response::Applied { retries: num(row.get(0)), retry_at_ms: None })

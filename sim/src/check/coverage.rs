@@ -14,7 +14,7 @@ use crate::history::{Entry, Record, WorldEvent};
 use crate::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
 use leasesim::handler::TaskError;
 use leasesim::ids::Fence;
-use leasesim::proto::{Request, Response};
+use leasesim::proto::{Rejection, Request, Response};
 use leasesim::task::{TaskKind, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +72,10 @@ points! {
     STORE_CRASH_HELD = "store-crashed-holding-requests": "the store process died while it held requests: their transactions aborted, their callers were never answered";
     DUPLICATE_ABSORBED = "duplicate-write-absorbed": "a write delivered twice was answered again by the store, and the copy changed nothing";
     SERIALIZATION_RETRIED = "serialization-failure-retried": "a transaction aborted by a serialization failure was sent again by its caller and committed";
+    TXN_CLOSED = "statement-after-transaction-closed": "a statement reached the store after its transaction had ended without it (timed out, its process replaced, the store restarted) and was told the transaction is no longer open";
+    LOCK_WAIT = "lock-wait": "a request reached the store while another open transaction held a lock on the row it writes, and had to wait";
+    TXN_ABANDONED = "transaction-abandoned": "a transaction was left open by its client (killed, paused, cut off, its answer lost) until the store ended it";
+    EXPIRED_LOCKED = "expired-lease-locked": "a lease ran out while an open transaction held its row: recovery had to skip the row until the transaction ended";
 }
 
 /// How many refused requests coverage remembers, waiting for their retry.
@@ -103,6 +107,48 @@ impl Coverage {
         &self.reached
     }
 
+    /// Transactions that span round trips: closed under their client,
+    /// abandoned, waited for, holding an expired lease.
+    fn transactions(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        if let Some(a) = answer(rec, ctx) {
+            let statement = !matches!(a.request.request, Request::Rollback { .. });
+            if a.request.txn.is_some()
+                && statement
+                && !a.request.duplicate
+                && matches!(a.response, Response::Rejected { reason: Rejection::TxnClosed })
+            {
+                self.hit(TXN_CLOSED);
+            }
+        }
+        if let Some(Fact::Arrived { request, .. }) = fact(rec) {
+            let fence = match request.statement() {
+                Request::LeaseValid { fence }
+                | Request::Complete { fence }
+                | Request::Fail { fence, .. }
+                | Request::ClearStageLink { fence }
+                | Request::Renew { fence } => Some(fence),
+                _ => None,
+            };
+            // Only a statement whose fence matches the row waits for it.
+            let waits = |f: &Fence| {
+                ctx.view.task(f.task).is_some_and(|t| t.held_by(f))
+                    && ctx.view.lock_holder(f.task, request.txn()).is_some()
+            };
+            if fence.is_some_and(waits) {
+                self.hit(LOCK_WAIT);
+            }
+        }
+        if !ctx.view.abandoned.is_empty() {
+            self.hit(TXN_ABANDONED);
+        }
+        let expired = |t: &leasesim::ids::TaskId| {
+            ctx.view.task(*t).is_some_and(|t| t.row.lease_expiry_ms.is_some_and(|e| e <= now))
+        };
+        if ctx.view.txns.values().any(|t| t.locks.iter().any(expired)) {
+            self.hit(EXPIRED_LOCKED);
+        }
+    }
+
     fn hit(&mut self, point: &'static str) {
         self.reached.insert(point);
     }
@@ -110,6 +156,7 @@ impl Coverage {
     pub fn on_record(&mut self, rec: &Record, ctx: &Ctx) {
         let now = rec.at_ms;
         self.moments(now, ctx);
+        self.transactions(now, rec, ctx);
         self.answers(now, rec, ctx);
         self.commits(now, rec, ctx);
         self.facts(now, rec, ctx);

@@ -40,7 +40,9 @@ fn fenced_write(req: &Request) -> Option<(Fence, &'static str)> {
         | Request::Maintain { .. }
         | Request::PipelineSnapshot { .. }
         | Request::EnqueueStage { .. }
-        | Request::QueryIndex { .. } => None,
+        | Request::QueryIndex { .. }
+        | Request::Rollback { .. } => None,
+        Request::Exec { stmt, .. } => fenced_write(stmt),
     }
 }
 

@@ -40,6 +40,7 @@ mod single_owner;
 mod stage_order;
 mod store_reply;
 mod testimony;
+mod transactions;
 pub mod view;
 
 #[cfg(test)]
@@ -145,6 +146,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(exactly_once::ExactlyOnce::default()),
         Box::new(enqueue_once::EnqueueOnce::default()),
         Box::new(store_reply::StoreReply::default()),
+        Box::new(transactions::Transactions::default()),
         Box::new(query_truth::QueryTruth::default()),
         Box::new(single_flight::SingleFlight::default()),
         Box::new(reconciliation::Reconciliation::default()),

@@ -41,7 +41,9 @@ fn claims(req: &Request) -> Option<(Fence, Option<Option<TaskError>>)> {
         | Request::Maintain { .. }
         | Request::PipelineSnapshot { .. }
         | Request::EnqueueStage { .. }
-        | Request::QueryIndex { .. } => None,
+        | Request::QueryIndex { .. }
+        | Request::Rollback { .. } => None,
+        Request::Exec { stmt, .. } => claims(stmt),
     }
 }
 

@@ -14,7 +14,7 @@ use super::{answer, Answer, Checker, Ctx, Violation};
 use crate::history::Record;
 use crate::truth::{Commit, TaskChange};
 use leasesim::ids::{Fence, Owner, StageRef, TaskId};
-use leasesim::proto::{Grant, Request, Response};
+use leasesim::proto::{Grant, Rejection, Request, Response};
 use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
 
 pub const NAME: &str = "store-reply";
@@ -61,6 +61,26 @@ fn due_stages(ctx: &Ctx) -> Vec<StageRef> {
 /// What is wrong with this answer, if anything.
 fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
     let j = Judge { a, ctx, now, c: a.commit, resp: a.response };
+    // A transaction's statements, rollbacks, and requests that gave up on
+    // a row lock: what they may say is judged by `transactions`; here, that
+    // nothing uncommitted shows.
+    let lock_or_txn = matches!(a.response, Response::Rejected { reason: Rejection::TimedOut | Rejection::TxnClosed });
+    let uncommitted = matches!(a.request.txn, Some((_, false)));
+    if lock_or_txn || uncommitted {
+        if !j.c.is_empty() {
+            return Some(format!("{} that did not commit changed the store", a.request.request.op_name()));
+        }
+        if lock_or_txn || matches!(a.request.request, Request::Rollback { .. }) {
+            return None;
+        }
+        // A statement on a row its own transaction already wrote sees that
+        // write, which the view (committed rows only) does not show.
+        let own = a.request.txn.and_then(|(txn, _)| ctx.view.txns.get(&txn));
+        let fence = statement_fence(&a.request.request);
+        if fence.is_some_and(|f| own.is_some_and(|t| t.locks.contains(&f.task))) {
+            return None;
+        }
+    }
     match &a.request.request {
         Request::Heartbeat { .. } | Request::QueryIndex { .. } if !j.c.is_empty() => {
             Some("a read changed the store".into())
@@ -81,6 +101,20 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
         Request::CreatePipeline { pipeline, stages } => j.create_pipeline(*pipeline, *stages),
         Request::Maintain { .. } => j.maintain(),
         Request::Heartbeat { .. } | Request::QueryIndex { .. } => None,
+        Request::Rollback { .. } => None,
+        Request::Exec { .. } => Some("a statement inside a statement".into()),
+    }
+}
+
+/// The attempt a fenced statement speaks for.
+fn statement_fence(req: &Request) -> Option<&Fence> {
+    match req {
+        Request::LeaseValid { fence }
+        | Request::Complete { fence }
+        | Request::Fail { fence, .. }
+        | Request::ClearStageLink { fence }
+        | Request::Renew { fence } => Some(fence),
+        _ => None,
     }
 }
 

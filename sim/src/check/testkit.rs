@@ -16,7 +16,7 @@ use crate::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender, StageC
 use leasesim::config::MaintenanceKind;
 use leasesim::event::{Event, ReleaseCause, WriteKind};
 use leasesim::handler::TaskError;
-use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId};
+use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use leasesim::proto::{Grant, PeerNote, Request, Response};
 use leasesim::store::StageRow;
 use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
@@ -125,6 +125,8 @@ pub struct H {
     materialized: BTreeSet<IndexId>,
     next_req: u64,
     next_call: u64,
+    /// The next statement runs in this transaction (and with COMMIT?).
+    wrap: Option<(TxnId, bool)>,
 }
 
 /// A change to one row, as a builder step describes it.
@@ -207,8 +209,43 @@ impl H {
 
     // ---- the store seam ----
 
+    /// The next statement (a lease check, complete, fail or stage-link
+    /// clear) is sent as statement of transaction `seq` of `owner`, with
+    /// COMMIT if `commit`.
+    pub fn in_txn(mut self, owner: Owner, seq: u64, commit: bool) -> Self {
+        self.wrap = Some((TxnId { owner, seq }, commit));
+        self
+    }
+
+    /// Transaction `seq` of `owner` is rolled back (nothing changes).
+    pub fn rolled_back(self, owner: Owner, seq: u64) -> Self {
+        let txn = TxnId { owner, seq };
+        self.answer(Sender::Worker(owner), Request::Rollback { txn }, Response::Ack, vec![], &[])
+    }
+
+    /// A lease check of an attempt, answered `valid`.
+    pub fn lease_checked(self, task: TaskId, attempt: u32, owner: Owner, valid: bool) -> Self {
+        let f = fence(task, attempt, owner);
+        let event = Event::LeaseChecked { fence: f, valid };
+        self.answer(
+            Sender::Worker(owner),
+            Request::LeaseValid { fence: f },
+            Response::Valid { valid },
+            vec![event],
+            &[],
+        )
+    }
+
     /// A request arrives from `from`; returns its number.
     pub fn arrive(mut self, from: Sender, request: Request) -> (Self, u64) {
+        let request = match self.wrap.take() {
+            Some((txn, commit)) if request.runs_in_txn() => Request::Exec { txn, stmt: Box::new(request), commit },
+            Some(wrap) => {
+                self.wrap = Some(wrap);
+                request
+            }
+            None => request,
+        };
         self.next_req += 1;
         let req = self.next_req;
         (self.fact(Fact::Arrived { req, from, request, duplicate: false }), req)
@@ -573,6 +610,17 @@ impl H {
         self.fact(Fact::NoteSent { from, note: PeerNote { task, retries, retry_at_ms, from } })
     }
 
+    /// An attempt of `task` on `owner` from `at` on whose body fails after
+    /// 100 ms; its outcome is not recorded yet.
+    pub fn attempt_ok_until_body(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        self.at(at)
+            .grant(task, attempt, owner)
+            .permit(owner, task, attempt)
+            .started(task, attempt, owner)
+            .at(at + 100)
+            .finished(task, attempt, owner, false)
+    }
+
     /// One whole successful attempt of `task` on `owner`, from `at` on:
     /// grant (the promised lease), permit, body for 100 ms, complete,
     /// callback, permit back.
@@ -659,6 +707,17 @@ fn every_checker_evaluates_a_plain_history() {
         .at(6_400)
         .resumed(1)
         .attempt_ok(6_450, 4, 2, p1)
+        // t5 fails in one transaction: a lease check that locks the row,
+        // then the failure, sent with COMMIT.
+        .created(5, TaskKind::Job)
+        .attempt_ok_until_body(6_600, 5, 1, p1)
+        .in_txn(p1, 1, false)
+        .lease_checked(5, 1, p1, true)
+        .at(6_800)
+        .in_txn(p1, 1, true)
+        .failed(5, 1, p1, 1, Some(7_800))
+        .unpermit(p1, 5, 1)
+        .attempt_ok(7_800, 5, 2, p1)
         .at(20_000)
         .heartbeat(p1)
         .end()

@@ -14,8 +14,8 @@ use crate::history::{Entry, Record, WorldEvent};
 use crate::scenario::Scenario;
 use crate::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender};
 use leasesim::handler::TaskError;
-use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId};
-use leasesim::proto::{Request, Response};
+use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
+use leasesim::proto::{Rejection, Request, Response};
 use leasesim::store::StageRow;
 use leasesim::task::{Task, TaskKind, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -146,7 +146,12 @@ impl ProcView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestView {
     pub from: Sender,
+    /// The request, or for a statement of a transaction the statement
+    /// itself (its transaction is in `txn`).
     pub request: Request,
+    /// The transaction a statement or rollback belongs to, and whether the
+    /// statement was sent with COMMIT.
+    pub txn: Option<(TxnId, bool)>,
     pub arrived_ms: u64,
     /// When the engine's store took it (its arrival, unless the seam held it).
     pub handed_ms: Option<u64>,
@@ -175,6 +180,25 @@ pub struct StageView {
     pub created_ms: u64,
     /// When it was done, and the task linked to it then.
     pub done: Option<(u64, Option<TaskId>)>,
+}
+
+/// One open transaction, as the store seam saw it: when its first
+/// statement applied, and the task rows its statements locked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxnView {
+    pub opened_ms: u64,
+    pub locks: BTreeSet<TaskId>,
+}
+
+/// How a transaction ended without a commit or a rollback of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnEnd {
+    /// Open for `txn_timeout_ms`.
+    TimedOut,
+    /// A newer incarnation of its process reached the store.
+    Superseded,
+    /// The store process died.
+    StoreCrashed,
 }
 
 /// One call of the application's client.
@@ -217,6 +241,16 @@ pub struct View {
     pub completed_by: BTreeMap<TaskId, Fence>,
     /// When the store process was down (crash, restart or still down).
     pub store_down: Vec<(u64, Option<u64>)>,
+    pub txn_timeout_ms: u64,
+    /// Transactions open now.
+    pub txns: BTreeMap<TxnId, TxnView>,
+    /// Transactions that ended (a statement of one never reopens it).
+    pub txn_ended: BTreeSet<TxnId>,
+    /// The newest incarnation of each process the store has heard from.
+    pub newest: BTreeMap<ProcId, u32>,
+    /// Transactions that ended without a commit or rollback of their own,
+    /// and how, in the order they ended (for coverage and messages).
+    pub abandoned: Vec<(TxnId, TxnEnd)>,
 }
 
 impl View {
@@ -224,6 +258,7 @@ impl View {
         View {
             concurrency: scenario.engine.concurrency,
             finalize_deadline_ms: scenario.engine.finalize_deadline_ms,
+            txn_timeout_ms: scenario.engine.txn_timeout_ms,
             ..View::default()
         }
     }
@@ -283,10 +318,77 @@ impl View {
         self.heal_ms.unwrap_or(end_ms)
     }
 
+    /// The open transaction (other than `except`) that holds a lock on the
+    /// task row, if any.
+    pub fn lock_holder(&self, task: TaskId, except: Option<TxnId>) -> Option<TxnId> {
+        self.txns.iter().find(|(id, t)| Some(**id) != except && t.locks.contains(&task)).map(|(id, _)| *id)
+    }
+
+    /// Transactions open past `txn_timeout_ms` end as the store ends them.
+    fn expire_txns(&mut self, now: u64) {
+        let timeout_ms = self.txn_timeout_ms;
+        let expired: Vec<TxnId> =
+            self.txns.iter().filter(|(_, t)| t.opened_ms + timeout_ms <= now).map(|(id, _)| *id).collect();
+        for txn in expired {
+            self.end_txn(txn);
+            self.abandoned.push((txn, TxnEnd::TimedOut));
+        }
+    }
+
+    /// A newer incarnation of a process reached the store: the open
+    /// transactions of its older ones are gone with their connections.
+    fn saw_incarnation(&mut self, owner: Owner) {
+        let newest = self.newest.entry(owner.proc).or_insert(owner.incarnation);
+        if owner.incarnation < *newest {
+            return;
+        }
+        *newest = owner.incarnation;
+        let gone: Vec<TxnId> = self
+            .txns
+            .keys()
+            .filter(|t| t.owner.proc == owner.proc && t.owner.incarnation < owner.incarnation)
+            .copied()
+            .collect();
+        for txn in gone {
+            self.end_txn(txn);
+            self.abandoned.push((txn, TxnEnd::Superseded));
+        }
+    }
+
+    fn end_txn(&mut self, txn: TxnId) {
+        self.txns.remove(&txn);
+        self.txn_ended.insert(txn);
+    }
+
+    /// A statement or rollback of `txn` was answered.
+    fn txn_answered(&mut self, r: &RequestView, response: &Response) {
+        let Some((txn, commit)) = r.txn else { return };
+        let refused = matches!(response, Response::Rejected { reason: Rejection::TxnClosed | Rejection::TimedOut });
+        if matches!(r.request, Request::Rollback { .. }) || refused || commit {
+            self.end_txn(txn);
+            return;
+        }
+        if !self.txns.contains_key(&txn) && !self.txn_ended.contains(&txn) {
+            self.txns.insert(txn, TxnView { opened_ms: self.now_ms, locks: BTreeSet::new() });
+        }
+        let fence = match &r.request {
+            Request::LeaseValid { fence } | Request::Complete { fence } | Request::Fail { fence, .. } => fence,
+            Request::ClearStageLink { fence } => fence,
+            _ => return,
+        };
+        let locked = matches!(response, Response::Valid { valid: true } | Response::Applied { .. });
+        if let (true, Some(t)) = (locked, self.txns.get_mut(&txn)) {
+            t.locks.insert(fence.task);
+        }
+    }
+
     /// Applies one record.
     pub fn apply(&mut self, rec: &Record) {
         let now = rec.at_ms;
         self.now_ms = now;
+        if !self.txns.is_empty() {
+            self.expire_txns(now);
+        }
         match &rec.entry {
             Entry::World(w) => self.apply_world(now, w),
             Entry::Truth(f) => self.apply_fact(now, f),
@@ -334,7 +436,12 @@ impl View {
                 }
                 let view = RequestView {
                     from: *from,
-                    request: request.clone(),
+                    request: request.statement().clone(),
+                    txn: match request {
+                        Request::Exec { txn, commit, .. } => Some((*txn, *commit)),
+                        Request::Rollback { txn } => Some((*txn, false)),
+                        _ => None,
+                    },
                     arrived_ms: now,
                     handed_ms: None,
                     answer: None,
@@ -347,6 +454,10 @@ impl View {
             }
             Fact::Refused { req, .. } => {
                 if let Some(r) = self.requests.remove(req) {
+                    // A refused statement's transaction is aborted with it.
+                    if let Some((txn, _)) = r.txn {
+                        self.end_txn(txn);
+                    }
                     self.answer_reached(&r, now, None);
                 }
             }
@@ -396,7 +507,13 @@ impl View {
             }
             Fact::Partitioned { proc } => open(&mut self.procs.entry(*proc).or_default().partitions, now),
             Fact::Rejoined { proc } => close(&mut self.procs.entry(*proc).or_default().partitions, now),
-            Fact::StoreCrashed { .. } => open(&mut self.store_down, now),
+            Fact::StoreCrashed { .. } => {
+                open(&mut self.store_down, now);
+                for (txn, _) in std::mem::take(&mut self.txns) {
+                    self.txn_ended.insert(txn);
+                    self.abandoned.push((txn, TxnEnd::StoreCrashed));
+                }
+            }
             Fact::StoreRestarted => close(&mut self.store_down, now),
             Fact::Callback { .. } | Fact::NoteSent { .. } | Fact::NoteDelivered { .. } | Fact::Final { .. } => {}
         }
@@ -410,6 +527,10 @@ impl View {
         if let (Request::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
             self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
         }
+        if let Request::Heartbeat { owner } | Request::Claim { owner, .. } = &r.request {
+            self.saw_incarnation(*owner);
+        }
+        self.txn_answered(&r, response);
         let completed_by = match &r.request {
             Request::Complete { fence } => Some(fence.task),
             _ => None,
@@ -464,7 +585,9 @@ impl View {
             | Request::Maintain { .. }
             | Request::PipelineSnapshot { .. }
             | Request::EnqueueStage { .. }
-            | Request::QueryIndex { .. } => None,
+            | Request::QueryIndex { .. }
+            | Request::Exec { .. }
+            | Request::Rollback { .. } => None,
         };
         if let (Some(fence), Some(o)) = (fence, self.owners.get_mut(&owner)) {
             o.finalizing.remove(&fence);

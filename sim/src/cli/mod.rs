@@ -49,7 +49,7 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Shrink a failing corpus entry to a smaller case that fails the same way.
     ///
-    /// Example: cargo sim shrink corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml --out /tmp
+    /// Example: cargo sim shrink corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml --out /tmp
     Shrink(shrink::ShrinkArgs),
 }
 

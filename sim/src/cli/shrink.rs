@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ShrinkArgs {
-    /// The failing corpus entry. Example: corpus/b-machines-fenced-completion-unfenced-completion-seed5.toml
+    /// The failing corpus entry. Example: corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml
     pub file: PathBuf,
     /// Where to write the shrunk entry (default: next to FILE). Example: --out corpus/
     #[arg(long, value_name = "DIR")]

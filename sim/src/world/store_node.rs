@@ -167,7 +167,9 @@ impl StoreNode {
             | Request::Repair { .. }
             | Request::PipelineSnapshot { .. }
             | Request::EnqueueStage { .. }
-            | Request::QueryIndex { .. } => None,
+            | Request::QueryIndex { .. }
+            | Request::Exec { .. }
+            | Request::Rollback { .. } => None,
         };
         let front = self.front(id, arrived_ms, req, duplicate);
         let front = match timeout_ms {
@@ -273,7 +275,7 @@ impl StoreNode {
     async fn transaction_faults(&self, req: &Request, after: &mut After) -> Option<Front> {
         let f = &self.faults;
         let op = req.op_name();
-        if req.is_outcome_write() || matches!(req, Request::LeaseValid { .. }) {
+        if req.is_outcome_write() || matches!(req.statement(), Request::LeaseValid { .. }) {
             if let Some(e) = f.roll(FaultKind::HungFinalization) {
                 let magnitude = e.magnitude_ms;
                 if chance(0.5) {
@@ -290,6 +292,7 @@ impl StoreNode {
                 let magnitude = e.magnitude_ms;
                 f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
+                self.abort(req);
                 let refused = Response::Rejected { reason: Rejection::Conflict };
                 return Some(Front::Refused(refused, Some(FaultKind::TxnTimeout)));
             }
@@ -298,10 +301,19 @@ impl StoreNode {
             // A concurrent transaction touched the same rows: the database
             // aborts this one at once and tells the caller to retry.
             f.inject(FaultKind::SerializationFailure, format!("{op} aborted by a serialization failure"));
+            self.abort(req);
             let refused = Response::Rejected { reason: Rejection::Conflict };
             return Some(Front::Refused(refused, Some(FaultKind::SerializationFailure)));
         }
         None
+    }
+
+    /// The database aborted the request's transaction: a statement's
+    /// transaction (opened by earlier statements) ends with it.
+    fn abort(&self, req: &Request) {
+        if let Request::Exec { txn, .. } = req {
+            self.server.apply_now(&Request::Rollback { txn: *txn });
+        }
     }
 
     /// A late message: either leg can be slow. A late request applies late,
@@ -358,7 +370,9 @@ impl StoreNode {
             | Request::Repair { .. }
             | Request::Maintain { .. }
             | Request::EnqueueStage { .. }
-            | Request::QueryIndex { .. } => {}
+            | Request::QueryIndex { .. }
+            | Request::Exec { .. }
+            | Request::Rollback { .. } => {}
         }
     }
 
@@ -420,6 +434,7 @@ impl StoreNode {
             return;
         }
         let held = self.crash.crash() as u64;
+        self.server.lose_open_transactions();
         self.faults.inject(FaultKind::StoreCrash, format!("store process died holding {held} requests"));
         self.rec.fact(Fact::StoreCrashed { held });
     }
@@ -454,7 +469,13 @@ impl StoreNode {
 /// Requests whose transaction may change rows: any of them can abort on a
 /// serialization failure (claims, heartbeats and maintenance included).
 fn changes_rows(req: &Request) -> bool {
-    !matches!(req, Request::LeaseValid { .. } | Request::PipelineSnapshot { .. } | Request::QueryIndex { .. })
+    !matches!(
+        req.statement(),
+        Request::Rollback { .. }
+            | Request::LeaseValid { .. }
+            | Request::PipelineSnapshot { .. }
+            | Request::QueryIndex { .. }
+    )
 }
 
 /// Requests a network or proxy may deliver twice. Not maintenance (one pass
@@ -477,14 +498,16 @@ pub fn may_duplicate(req: &Request) -> bool {
         | Request::ReclaimExpired { .. }
         | Request::Repair { .. }
         | Request::PipelineSnapshot { .. }
-        | Request::EnqueueStage { .. } => true,
+        | Request::EnqueueStage { .. }
+        | Request::Exec { .. }
+        | Request::Rollback { .. } => true,
     }
 }
 
 /// Requests that write (a transaction that can time out).
 fn is_write(req: &Request) -> bool {
     matches!(
-        req,
+        req.statement(),
         Request::Complete { .. }
             | Request::Fail { .. }
             | Request::Renew { .. }

@@ -76,6 +76,12 @@ impl Scope {
             }
             Request::Maintain { .. } => Scope { materialized: true, ..Scope::NOTHING },
             Request::Heartbeat { .. } | Request::PipelineSnapshot { .. } | Request::QueryIndex { .. } => Scope::NOTHING,
+            // A statement that commits writes whatever its transaction
+            // wrote; a rollback must write nothing (both are looked at whole).
+            Request::Exec { commit: true, .. } | Request::Rollback { .. } => Scope::ALL,
+            // Until then, nothing it writes is visible: a difference in the
+            // statement's own rows is a leak.
+            Request::Exec { stmt, commit: false, .. } => Scope::of(stmt),
         }
     }
 }

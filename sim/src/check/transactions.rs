@@ -1,0 +1,287 @@
+//! transactions: a transaction that spans round trips behaves as a SQL
+//! store's does under Read Committed with row locks, judged at the store
+//! seam from what reached the store and what it committed.
+//!
+//! - A row an open transaction locked (a fenced statement of it matched the
+//!   row) is changed by nobody but that transaction's commit, and locked by
+//!   no other transaction, until it ends.
+//! - A commit changes only the rows its transaction's statements locked.
+//!   (That nothing shows before COMMIT is `store-reply`'s rule.)
+//! - The store says "no longer open" only of a transaction that is not:
+//!   it was open `txn_timeout_ms`, its process has a newer incarnation, the
+//!   store restarted, it already ended, or it never opened.
+//! - A request gives up on a row lock only after waiting `txn_timeout_ms`.
+//!
+//! The checker's model of open transactions and their locks is the view's
+//! (`View::txns`), rebuilt from the statements' answers.
+
+use super::{answer, commit, Answer, Checker, Ctx, Violation};
+use crate::history::Record;
+use crate::truth::Commit;
+use leasesim::ids::{TaskId, TxnId};
+use leasesim::proto::{Rejection, Request, Response};
+
+pub const NAME: &str = "transactions";
+
+#[derive(Default)]
+pub struct Transactions {
+    evaluations: u64,
+}
+
+/// The task a fenced statement speaks for.
+fn statement_task(req: &Request) -> Option<TaskId> {
+    match req {
+        Request::LeaseValid { fence }
+        | Request::Complete { fence }
+        | Request::Fail { fence, .. }
+        | Request::ClearStageLink { fence }
+        | Request::Renew { fence } => Some(fence.task),
+        _ => None,
+    }
+}
+
+impl Transactions {
+    /// Is `txn` open at `now` by the view (its timeout counted to `now`)?
+    fn open_at(ctx: &Ctx, txn: TxnId, now: u64) -> Option<u64> {
+        let t = ctx.view.txns.get(&txn)?;
+        let superseded = ctx.view.newest.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+        (t.opened_ms + ctx.view.txn_timeout_ms > now && !superseded).then_some(t.opened_ms)
+    }
+
+    /// The other open transaction holding task `task` at `now`, if any.
+    fn other_holder(ctx: &Ctx, task: TaskId, own: Option<TxnId>, now: u64) -> Option<TxnId> {
+        ctx.view
+            .txns
+            .iter()
+            .filter(|(id, t)| Some(**id) != own && t.locks.contains(&task))
+            .map(|(id, _)| *id)
+            .find(|id| Self::open_at(ctx, *id, now).is_some())
+    }
+
+    /// Rows a commit changed that another open transaction holds.
+    fn isolation(&mut self, now: u64, c: &Commit, own: Option<TxnId>, who: &str, ctx: &Ctx) -> Option<Violation> {
+        if ctx.view.txns.is_empty() {
+            return None;
+        }
+        self.evaluations += 1;
+        c.tasks.iter().find_map(|ch| {
+            let task = ch.after.id;
+            let holder = Self::other_holder(ctx, task, own, now)?;
+            Some(
+                Violation::new(NAME, now, format!("t{task} changed by {who} while transaction {holder} held its lock"))
+                    .task(task),
+            )
+        })
+    }
+
+    fn judge_statement(&mut self, now: u64, a: &Answer, txn: TxnId, commit: bool, ctx: &Ctx) -> Option<Violation> {
+        self.evaluations += 1;
+        let op = a.request.request.op_name();
+        if let Response::Rejected { reason: Rejection::TxnClosed } = a.response {
+            let never_opened = !ctx.view.txn_ended.contains(&txn);
+            let superseded = ctx.view.newest.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+            return match Self::open_at(ctx, txn, now) {
+                Some(opened_ms) => Some(format!(
+                    "{op} of {txn} told the transaction is no longer open; it opened at {opened_ms} ms and was"
+                )),
+                None if never_opened && !superseded && !matches!(a.request.request, Request::Rollback { .. }) => {
+                    Some(format!("{op} of {txn} told the transaction is no longer open; it never opened"))
+                }
+                None => None,
+            }
+            .map(|m| Violation::new(NAME, now, m));
+        }
+        let task = statement_task(&a.request.request)?;
+        let matched = matches!(a.response, Response::Valid { valid: true } | Response::Applied { .. });
+        if let Some(holder) = Self::other_holder(ctx, task, Some(txn), now).filter(|_| matched) {
+            return Some(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!("{op} of {txn} matched t{task} while transaction {holder} held its lock"),
+                )
+                .task(task),
+            );
+        }
+        if !commit {
+            return None;
+        }
+        let mut locked = ctx.view.txns.get(&txn).map(|t| t.locks.clone()).unwrap_or_default();
+        locked.insert(task);
+        let stray = a.commit.tasks.iter().map(|ch| ch.after.id).find(|id| !locked.contains(id));
+        let stray_stage = a
+            .commit
+            .stages
+            .iter()
+            .find(|s| !locked.iter().any(|id| ctx.view.task(*id).and_then(|t| t.stage()) == Some(s.stage)));
+        match (stray, stray_stage) {
+            (Some(id), _) => Some(format!("the commit of {txn} changed t{id}, which none of its statements locked")),
+            (None, Some(s)) => {
+                Some(format!("the commit of {txn} changed stage {}, which none of its statements locked", s.stage))
+            }
+            (None, None) => None,
+        }
+        .map(|m| Violation::new(NAME, now, m).task(task))
+    }
+
+    /// A request the store answered "timed out" because of a row lock.
+    fn judge_lock_wait(&mut self, now: u64, a: &Answer, ctx: &Ctx) -> Option<Violation> {
+        if !matches!(a.response, Response::Rejected { reason: Rejection::TimedOut }) {
+            return None;
+        }
+        statement_task(&a.request.request)?;
+        self.evaluations += 1;
+        let waited_ms = now - a.request.handed_ms.unwrap_or(a.request.arrived_ms);
+        (waited_ms < ctx.view.txn_timeout_ms).then(|| {
+            Violation::new(
+                NAME,
+                now,
+                format!(
+                    "{} gave up on a row lock after {waited_ms} ms; txn_timeout_ms is {} ms",
+                    a.request.request.op_name(),
+                    ctx.view.txn_timeout_ms
+                ),
+            )
+        })
+    }
+}
+
+impl Checker for Transactions {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store seam: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, and a lock wait gives up only after txn_timeout_ms"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        match answer(rec, ctx) {
+            Some(a) => {
+                let own = a.request.txn.filter(|(_, commit)| *commit).map(|(txn, _)| txn);
+                let who = format!("request {} ({})", a.req, a.request.request.op_name());
+                out.extend(self.isolation(now, a.commit, own, &who, ctx));
+                if let Some((txn, commit)) = a.request.txn {
+                    out.extend(self.judge_statement(now, &a, txn, commit, ctx));
+                }
+                out.extend(self.judge_lock_wait(now, &a, ctx));
+            }
+            None => {
+                if let Some(c) = commit(rec) {
+                    out.extend(self.isolation(now, c, None, "a change outside any request", ctx));
+                }
+            }
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::check::testkit::{cases, fence, o, H, PASS};
+    use crate::truth::Sender;
+    use leasesim::event::Event;
+    use leasesim::ids::TxnId;
+    use leasesim::proto::{Rejection, Request, Response};
+    use leasesim::task::{Task, TaskKind, TaskState};
+
+    /// p1 runs t1 (a workflow task, 3 s lease from 10 ms) and its body fails
+    /// at 200 ms; its failure transaction opens with a lease check at 300 ms
+    /// that locks the row.
+    fn locked() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .heartbeat(o(1, 1))
+            .heartbeat(o(2, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .created(2, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(200)
+            .finished(1, 1, o(1, 1), false)
+            .at(300)
+            .in_txn(o(1, 1), 1, false)
+            .lease_checked(1, 1, o(1, 1), true)
+    }
+
+    /// The worker drops the attempt's permit (its outcome written, or its
+    /// finalization deadline passed).
+    fn done(h: H) -> H {
+        let at = h.now().max(1_000);
+        h.at(at).unpermit(o(1, 1), 1, 1)
+    }
+
+    fn closed(h: H, at: u64) -> H {
+        let f = fence(1, 1, o(1, 1));
+        let txn = TxnId { owner: o(1, 1), seq: 1 };
+        let stmt = Box::new(Request::Fail { fence: f, error: leasesim::handler::TaskError::Conflict });
+        h.at(at).answer(
+            Sender::Worker(o(1, 1)),
+            Request::Exec { txn, stmt, commit: true },
+            Response::Rejected { reason: Rejection::TxnClosed },
+            vec![],
+            &[],
+        )
+    }
+
+    cases! {
+        a_failure_committed_with_its_lease_check_passes:
+            done(locked().at(400).in_txn(o(1, 1), 1, true).failed(1, 1, o(1, 1), 1, Some(1_400))).build()
+            => PASS;
+        a_recovery_pass_takes_a_locked_row:
+            // The lease ran out at 3010 while the transaction held the row:
+            // reclaim must skip it until the transaction ends.
+            done(locked()).at(3_100).released(1, 1, o(2, 1)).build()
+            => &[(NAME, Some(1))];
+        a_rolled_back_transaction_leaves_the_row_free:
+            done(locked().at(400).rolled_back(o(1, 1), 1)).at(3_100).released(1, 1, o(2, 1)).build()
+            => PASS;
+        an_open_transaction_told_it_is_closed:
+            done(closed(locked(), 400)).build()
+            => &[(NAME, None)];
+        a_transaction_past_its_timeout_told_it_is_closed_passes:
+            // The scenario's txn_timeout_ms is the default 30 s.
+            closed(done(locked()), 30_300).build()
+            => PASS;
+        a_commit_writes_a_row_no_statement_locked:
+            done(locked().at(400).in_txn(o(1, 1), 1, true).answer(
+                Sender::Worker(o(1, 1)),
+                Request::Fail { fence: fence(1, 1, o(1, 1)), error: leasesim::handler::TaskError::Conflict },
+                Response::Applied { retries: 1, retry_at_ms: Some(1_400) },
+                vec![Event::WriteApplied { fence: fence(1, 1, o(1, 1)), write: leasesim::event::WriteKind::Fail, retries: 1, retry_at_ms: Some(1_400), terminal: false }],
+                &[
+                    (1, &|t: &mut Task| { t.retries = 1; t.owner = None; t.lease_expiry_ms = None; t.state = TaskState::Ready; t.retry_at_ms = 1_400; }),
+                    (2, &|t: &mut Task| t.state = TaskState::Dead),
+                ],
+            )).build()
+            => &[(NAME, Some(1)), ("fenced-completion", Some(1)), ("retry-budget", Some(2))];
+        a_statement_shows_its_write_before_commit:
+            // store-reply's rule: nothing a transaction writes shows before
+            // COMMIT.
+            done(locked().at(400).in_txn(o(1, 1), 1, false).answer(
+                Sender::Worker(o(1, 1)),
+                Request::Fail { fence: fence(1, 1, o(1, 1)), error: leasesim::handler::TaskError::Conflict },
+                Response::Applied { retries: 1, retry_at_ms: Some(1_400) },
+                vec![Event::WriteApplied { fence: fence(1, 1, o(1, 1)), write: leasesim::event::WriteKind::Fail, retries: 1, retry_at_ms: Some(1_400), terminal: false }],
+                &[(1, &|t: &mut Task| { t.retries = 1; t.owner = None; t.lease_expiry_ms = None; t.state = TaskState::Ready; t.retry_at_ms = 1_400; })],
+            )).build()
+            => &[("store-reply", Some(1)), (NAME, Some(1))];
+        a_lock_wait_given_up_at_once:
+            done(locked().at(400).answer(
+                Sender::Worker(o(1, 1)),
+                Request::Renew { fence: fence(1, 1, o(1, 1)) },
+                Response::Rejected { reason: Rejection::TimedOut },
+                vec![],
+                &[],
+            )).build()
+            => &[(NAME, None)];
+    }
+}
