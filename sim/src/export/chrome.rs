@@ -55,6 +55,7 @@ fn group(span: &Span) -> (u64, String) {
         SpanKind::Permit => (inc * 1000 + 200, format!("{who} permits")),
         SpanKind::Execution => (inc * 1000 + 300, format!("{who} execution")),
         SpanKind::Write => (inc * 1000 + 400, format!("{who} outcome writes")),
+        SpanKind::Transaction => (inc * 1000 + 450, format!("{who} transactions")),
         SpanKind::Maintenance(kind) => {
             (inc * 1000 + 500 + 100 * maintenance_index(kind), format!("{who} maintenance {}", kind.name()))
         }
@@ -68,6 +69,7 @@ fn category(kind: SpanKind) -> &'static str {
         SpanKind::Permit => "permit",
         SpanKind::Execution => "execution",
         SpanKind::Write => "write",
+        SpanKind::Transaction => "transaction",
         SpanKind::Maintenance(_) => "maintenance",
     }
 }
@@ -80,6 +82,8 @@ fn color(span: &Span) -> &'static str {
         (SpanKind::Permit, _) => "good",
         (SpanKind::Execution, _) => "rail_response",
         (SpanKind::Write, _) => "yellow",
+        (SpanKind::Transaction, Cut::Normal) => "olive",
+        (SpanKind::Transaction, _) => "bad",
         (SpanKind::Maintenance(_), _) => "grey",
         (SpanKind::Alive, _) => "thread_state_sleeping",
         (SpanKind::Paused, _) => "terrible",

@@ -14,11 +14,12 @@ pub use svg::svg_timeline;
 
 use crate::check::Violation;
 use crate::history::{Entry, Record, WorldEvent};
+use crate::truth::Fact;
 use leasesim::config::MaintenanceKind;
 use leasesim::event::{Event, WriteKind};
 use leasesim::handler::TaskError;
-use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, TaskId};
-use leasesim::proto::Rejection;
+use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, TaskId, TxnId};
+use leasesim::proto::{Rejection, Request, Response};
 use leasesim::task::TaskKind;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -63,6 +64,9 @@ pub(crate) enum SpanKind {
     Write,
     /// A maintenance pass.
     Maintenance(MaintenanceKind),
+    /// A transaction that spans round trips: its first statement's arrival
+    /// at the store -> committed, rolled back, or found no longer open.
+    Transaction,
 }
 
 /// How a span ended.
@@ -202,6 +206,14 @@ struct OpenWrite {
     error: Option<String>,
 }
 
+/// A transaction seen at the store seam: when its first statement arrived,
+/// the attempt it speaks for, the statements answered so far.
+struct OpenTxn {
+    start_ms: u64,
+    fence: Option<Fence>,
+    statements: u32,
+}
+
 /// A span of one incarnation, as `Builder::span` takes it.
 struct NewSpan {
     kind: SpanKind,
@@ -227,6 +239,10 @@ struct Builder {
     alive: BTreeMap<ProcId, (Owner, u64)>,
     paused: BTreeMap<ProcId, u64>,
     task_kinds: BTreeMap<TaskId, TaskKind>,
+    txns: BTreeMap<TxnId, OpenTxn>,
+    /// Requests of transactions on their way through the store: request ->
+    /// (transaction, sent with COMMIT, a rollback).
+    txn_reqs: BTreeMap<u64, (TxnId, bool, bool)>,
 }
 
 impl Builder {
@@ -623,8 +639,81 @@ impl Builder {
         self.writes.insert(fence, OpenWrite { start_ms: now, error: error.map(wire_name) });
     }
 
+    /// Folds one fact of the store seam into the timeline: the statements
+    /// of transactions that span round trips, and how each transaction ended.
+    fn fact(&mut self, now: u64, f: &Fact) {
+        match f {
+            Fact::Arrived { req, request: Request::Exec { txn, stmt, commit }, .. } => {
+                self.txn_reqs.insert(*req, (*txn, *commit, false));
+                let fence = match stmt.as_ref() {
+                    Request::LeaseValid { fence }
+                    | Request::Complete { fence }
+                    | Request::Fail { fence, .. }
+                    | Request::ClearStageLink { fence } => Some(*fence),
+                    _ => None,
+                };
+                self.txns.entry(*txn).or_insert(OpenTxn { start_ms: now, fence, statements: 0 });
+            }
+            Fact::Arrived { req, request: Request::Rollback { txn }, .. } => {
+                self.txn_reqs.insert(*req, (*txn, false, true));
+            }
+            Fact::Answered { req, response, .. } => {
+                let Some((txn, commit, rollback)) = self.txn_reqs.remove(req) else { return };
+                let ended_by = match response {
+                    Response::Rejected { reason: Rejection::TxnClosed } => "told it is no longer open",
+                    Response::Rejected { reason: Rejection::TimedOut } => "a lock wait timed out",
+                    _ if rollback => "rolled back",
+                    _ if commit => "committed",
+                    _ => {
+                        if let Some(t) = self.txns.get_mut(&txn) {
+                            t.statements += 1;
+                        }
+                        return;
+                    }
+                };
+                let cut = if commit && ended_by == "committed" { Cut::Normal } else { Cut::Killed };
+                self.close_txn(txn, now, cut, ended_by);
+            }
+            Fact::Refused { req, .. } => {
+                if let Some((txn, _, _)) = self.txn_reqs.remove(req) {
+                    self.close_txn(txn, now, Cut::Killed, "aborted by a fault at the store");
+                }
+            }
+            Fact::Dropped { req } => {
+                self.txn_reqs.remove(req);
+            }
+            Fact::StoreCrashed { .. } => {
+                for txn in self.txns.keys().copied().collect::<Vec<_>>() {
+                    self.close_txn(txn, now, Cut::Killed, "lost when the store process died");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn close_txn(&mut self, txn: TxnId, now: u64, cut: Cut, ended_by: &str) {
+        let Some(t) = self.txns.remove(&txn) else { return };
+        self.see(txn.owner);
+        let mut args = Map::new();
+        args.insert("statements".into(), Value::from(t.statements + u32::from(cut == Cut::Normal)));
+        self.span(NewSpan {
+            kind: SpanKind::Transaction,
+            owner: txn.owner,
+            fence: t.fence.map(|f| (f.task, f.attempt)),
+            name: format!("txn {txn}"),
+            start_ms: t.start_ms,
+            end_ms: now,
+            cut,
+            ended_by: ended_by.to_string(),
+            args,
+        });
+    }
+
     fn finish(mut self, end_ms: u64) -> Timeline {
         const OPEN: &str = "still open at the end of the history";
+        for txn in self.txns.keys().copied().collect::<Vec<_>>() {
+            self.close_txn(txn, end_ms, Cut::Open, OPEN);
+        }
         for task in self.leases.keys().copied().collect::<Vec<_>>() {
             self.close_lease(task, end_ms, Cut::Open, OPEN.into());
         }
@@ -663,7 +752,7 @@ pub(crate) fn timeline(history: &[Record], violations: &[Violation]) -> Timeline
         match &rec.entry {
             Entry::World(w) => b.world(rec.at_ms, w),
             Entry::Engine(e) => b.engine(rec.at_ms, e),
-            Entry::Truth(_) => {}
+            Entry::Truth(f) => b.fact(rec.at_ms, f),
         }
     }
     for v in violations {
@@ -880,10 +969,13 @@ mod tests {
         assert!(events.len() > 100, "{} trace events", events.len());
         let spans = |cat: &str| events.iter().filter(|e| e["ph"] == "X" && e["cat"] == cat).count();
         assert!(spans("lease") > 10 && spans("permit") > 10 && spans("maintenance") > 10);
+        // Failures and stage completions are written in transactions.
+        assert!(spans("transaction") > 5, "{} transaction spans", spans("transaction"));
         assert!(events.iter().any(|e| e["ph"] == "i" && e["cat"] == "fault"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
         assert!(svg.len() > 20_000, "{} bytes of SVG", svg.len());
         assert!(svg.matches("<title>lease t").count() > 10);
+        assert_eq!(svg.matches("<title>txn x").count(), spans("transaction"), "one outline per transaction");
         assert_eq!(svg.matches("<g ").count(), svg.matches("</g>").count());
         for lane in ["world", "store", "p1", "p2", "p3"] {
             assert!(svg.contains(&format!(r#"<g class="lane {lane}">"#)), "lane {lane}");

@@ -42,6 +42,7 @@ const LEASE_RECLAIMED: &str = "#a9c4e8";
 const PERMIT: &str = "#a3d9ab";
 const EXEC: &str = "#2f8f4e";
 const WRITE: &str = "#f0a030";
+const TXN: &str = "#7a3fb0";
 const PASS: &str = "#9a9a9a";
 const PASS_CUT: &str = "#4d4d4d";
 const PAUSED: &str = "#f5d45e";
@@ -486,7 +487,7 @@ fn legend(svg: &mut Svg, top: f64) -> f64 {
         Tick(&'static str),
     }
     use Swatch::*;
-    let items: [(Swatch, &str); 16] = [
+    let items: [(Swatch, &str); 18] = [
         (Bar(LEASE, 9.0, ""), "lease (ended by its outcome)"),
         (
             Bar(LEASE_RECLAIMED, 9.0, r##"stroke="#3b6fb6" stroke-dasharray="3,2""##),
@@ -499,6 +500,8 @@ fn legend(svg: &mut Svg, top: f64) -> f64 {
         (Bar(PERMIT, 4.0, ""), "permit held"),
         (Bar(EXEC, 4.0, ""), "task body executing"),
         (Bar(WRITE, 4.0, ""), "outcome write pending"),
+        (Bar("none", 5.0, r##"stroke="#7a3fb0""##), "transaction committed"),
+        (Bar("none", 5.0, r##"stroke="#7a3fb0" stroke-dasharray="2,1""##), "transaction ended without commit"),
         (Bar(PASS, 6.0, ""), "maintenance pass"),
         (Bar(PASS_CUT, 6.0, ""), "pass cut by a kill or never ended"),
         (Bar("url(#dead)", 12.0, ""), "process dead (killed until restarted)"),
@@ -654,11 +657,12 @@ struct Attempt<'a> {
     permit: Vec<&'a Span>,
     exec: Vec<&'a Span>,
     write: Vec<&'a Span>,
+    txn: Vec<&'a Span>,
 }
 
 impl Attempt<'_> {
     fn all(&self) -> impl Iterator<Item = &&Span> {
-        self.lease.iter().chain(&self.permit).chain(&self.exec).chain(&self.write)
+        self.lease.iter().chain(&self.permit).chain(&self.exec).chain(&self.write).chain(&self.txn)
     }
 }
 
@@ -832,6 +836,7 @@ fn worker_spans(tl: &Timeline, proc: ProcId) -> WorkerSpans<'_> {
             SpanKind::Permit => attempts.entry(key()).or_default().permit.push(s),
             SpanKind::Execution => attempts.entry(key()).or_default().exec.push(s),
             SpanKind::Write => attempts.entry(key()).or_default().write.push(s),
+            SpanKind::Transaction => attempts.entry(key()).or_default().txn.push(s),
             SpanKind::Alive | SpanKind::Paused => {}
         }
     }
@@ -969,6 +974,15 @@ fn draw_attempts(svg: &mut Svg, scale: &Scale, placed: &[Placed], top: f64) {
                 let w = (scale.x(s.end_ms) - x0).max(1.0);
                 svg.rect(x0, y + 11.0, w, 4.0, &format!(r#"fill="{fill}""#), Some(&span_text(s)));
             }
+        }
+        // A transaction outlines the strip: solid when it committed, dashed
+        // when it ended without (no longer open, rolled back, lost).
+        for s in &p.spans.txn {
+            let x0 = scale.x(s.start_ms);
+            let w = (scale.x(s.end_ms) - x0).max(1.0);
+            let dash = if s.cut == Cut::Normal { "" } else { r#" stroke-dasharray="2,1""# };
+            let style = format!(r#"fill="none" stroke="{TXN}" stroke-width="1"{dash}"#);
+            svg.rect(x0, y + 10.5, w, 5.0, &style, Some(&span_text(s)));
         }
         let label = format!("t{}#{}", p.key.1, p.key.2);
         let title = format!("task {} attempt {} on {}", p.key.1, p.key.2, p.key.0);
