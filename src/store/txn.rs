@@ -80,8 +80,21 @@ impl Store {
         let holder = self.lock_holder(fence.task)?;
         // A fence the committed row does not match selects nothing, so it
         // has no row to wait for (as `WHERE attempt = $ AND owner = $`).
-        let matches = self.check_fence(fence).is_ok();
-        (matches && Some(holder) != req.txn()).then(|| self.txns[&holder].deadline_ms)
+        (self.selects(req.statement()) && Some(holder) != req.txn()).then(|| self.txns[&holder].deadline_ms)
+    }
+
+    /// Does a fenced statement's `WHERE` match its row as this store (or
+    /// transaction) sees it now? Only then does it lock the row, or wait
+    /// for another's lock: a fence that matches nothing selects nothing (a
+    /// completion retried by its own attempt reads a done row, unlocked).
+    fn selects(&self, stmt: &Request) -> bool {
+        match stmt {
+            Request::Renew { fence } | Request::LeaseValid { fence } => self.check_fence(fence).is_ok(),
+            Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
+                self.check_outcome_fence(fence).is_ok()
+            }
+            _ => false,
+        }
     }
 
     /// Open transactions, in id order.
@@ -206,6 +219,7 @@ impl Store {
         if let Some(own) = &own {
             self.install(own);
         }
+        let selects = self.selects(stmt);
         // A read reports what it saw at once; writes report at commit.
         let deferred = Deferred::default();
         let resp = match stmt {
@@ -214,10 +228,11 @@ impl Store {
         };
         let written = self.row_version(task);
         self.install(&committed);
+        // A lease check locks only a row it found valid (`… AND lease not
+        // expired FOR UPDATE`); a write, the row its fence selected.
         let matched = match &resp {
             Response::Valid { valid } => *valid,
-            Response::Rejected { .. } => false,
-            _ => true,
+            _ => selects,
         };
         let open = self.txns.get_mut(&txn).expect("statement of an open transaction");
         if matched || own.is_some() {

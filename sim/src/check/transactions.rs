@@ -92,7 +92,19 @@ impl Transactions {
             .map(|m| Violation::new(NAME, now, m));
         }
         let task = statement_task(&a.request.request)?;
-        let matched = matches!(a.response, Response::Valid { valid: true } | Response::Applied { .. });
+        let selected = ctx.view.task(task).is_some_and(|t| match &a.request.request {
+            Request::LeaseValid { fence }
+            | Request::Complete { fence }
+            | Request::Fail { fence, .. }
+            | Request::ClearStageLink { fence }
+            | Request::Renew { fence } => t.held_by(fence),
+            _ => false,
+        });
+        let matched = match a.response {
+            Response::Valid { valid } => *valid,
+            Response::Applied { .. } => selected,
+            _ => false,
+        };
         if let Some(holder) = Self::other_holder(ctx, task, Some(txn), now).filter(|_| matched) {
             return Some(
                 Violation::new(
@@ -219,6 +231,37 @@ mod tests {
         h.at(at).unpermit(o(1, 1), 1, 1)
     }
 
+    /// t2 (a job) run by p1 and completed in transaction 1 at 300 ms.
+    fn committed_job() -> H {
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(2, TaskKind::Job)
+            .at(10)
+            .grant(2, 1, o(1, 1))
+            .permit(o(1, 1), 2, 1)
+            .started(2, 1, o(1, 1))
+            .at(200)
+            .finished(2, 1, o(1, 1), true)
+            .at(300)
+            .in_txn(o(1, 1), 1, true)
+            .completed(2, 1, o(1, 1))
+            .callback(2, 1, o(1, 1))
+            .unpermit(o(1, 1), 2, 1)
+    }
+
+    /// Transaction `seq` of p1 sends t2's completion again (not committing).
+    fn retried_completion(h: H, seq: u64) -> H {
+        let f = fence(2, 1, o(1, 1));
+        h.in_txn(o(1, 1), seq, false).answer(
+            Sender::Worker(o(1, 1)),
+            Request::Complete { fence: f },
+            Response::Applied { retries: 0, retry_at_ms: None },
+            vec![],
+            &[],
+        )
+    }
+
     fn closed(h: H, at: u64) -> H {
         let f = fence(1, 1, o(1, 1));
         let txn = TxnId { owner: o(1, 1), seq: 1 };
@@ -274,6 +317,29 @@ mod tests {
                 &[(1, &|t: &mut Task| { t.retries = 1; t.owner = None; t.lease_expiry_ms = None; t.state = TaskState::Ready; t.retry_at_ms = 1_400; })],
             )).build()
             => &[("store-reply", Some(1)), (NAME, Some(1))];
+        a_completion_retried_on_a_done_row_locks_nothing:
+            // t2's completion committed but its answer was lost: each retry
+            // of its transaction reads the done row ("applied" again) and
+            // locks nothing, so two retries never contend.
+            done(retried_completion(retried_completion(committed_job(), 2), 3)).build()
+            => PASS;
+        a_newer_incarnation_ends_the_old_ones_transactions:
+            // p1.2's long poll reaches the store (held, answered later): from
+            // then on p1.1's transaction is gone and its row free, so p1.1's
+            // waiting renewal goes through.
+            done(locked())
+                .up(o(1, 2))
+                .fact(crate::truth::Fact::Arrived {
+                    req: 100,
+                    from: Sender::Worker(o(1, 2)),
+                    request: Request::Claim { owner: o(1, 2), max: 1, wait_ms: 5_000 },
+                    duplicate: false,
+                })
+                .fact(crate::truth::Fact::Handed { req: 100 })
+                .at(1_100)
+                .renew(1, 1, o(1, 1))
+                .build()
+            => PASS;
         a_lock_wait_given_up_at_once:
             done(locked().at(400).answer(
                 Sender::Worker(o(1, 1)),

@@ -376,7 +376,14 @@ impl View {
             Request::ClearStageLink { fence } => fence,
             _ => return,
         };
-        let locked = matches!(response, Response::Valid { valid: true } | Response::Applied { .. });
+        // A write locks the row its fence selected (not a done row a
+        // completion's retry reads); a lease check, the row it found valid.
+        let selected = self.tasks.get(&fence.task).is_some_and(|t| t.held_by(fence));
+        let locked = match response {
+            Response::Valid { valid } => *valid,
+            Response::Applied { .. } => selected,
+            _ => false,
+        };
         if let (true, Some(t)) = (locked, self.txns.get_mut(&txn)) {
             t.locks.insert(fence.task);
         }
@@ -464,6 +471,13 @@ impl View {
             Fact::Handed { req } => {
                 if let Some(r) = self.requests.get_mut(req) {
                     r.handed_ms = Some(now);
+                }
+                // The store sees who claims when it takes the claim (a long
+                // poll is answered later).
+                if let Some(Request::Heartbeat { owner } | Request::Claim { owner, .. }) =
+                    self.requests.get(req).map(|r| r.request.clone())
+                {
+                    self.saw_incarnation(owner);
                 }
             }
             Fact::Answered { req, response, commit, reply } => self.apply_answer(now, *req, response, commit, *reply),
