@@ -374,7 +374,8 @@ impl Coverage {
             }
             Some(Fact::Refused { fault: Some(FaultKind::TxnTimeout), .. }) => self.hit(TXN_TIMEOUT),
             Some(Fact::Refused { req, fault: Some(FaultKind::SerializationFailure), .. }) => {
-                let Some(r) = v.request(*req) else { return };
+                // A duplicate's refusal reaches nobody: nobody retries it.
+                let Some(r) = v.request(*req).filter(|r| !r.duplicate) else { return };
                 if self.serialization_refused.len() == REFUSED_KEPT {
                     self.serialization_refused.pop_front();
                 }

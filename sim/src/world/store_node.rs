@@ -187,14 +187,11 @@ impl StoreNode {
                 self.rec.fact(Fact::Dropped { req: id });
                 return None;
             }
-            // A duplicate's refusal reaches nobody.
-            Front::Refused(_, _) if duplicate => {
-                self.rec.fact(Fact::Dropped { req: id });
-                return None;
-            }
+            // A duplicate's refusal reaches nobody, but it was refused (and
+            // a statement's transaction aborted with it).
             Front::Refused(response, fault) => {
                 self.rec.fact(Fact::Refused { req: id, response: response.clone(), fault });
-                return Some(response);
+                return (!duplicate).then_some(response);
             }
             Front::Answered(resp, after) => (resp, after),
         };
