@@ -21,7 +21,7 @@
 //!
 //! Checkers judge facts; engine events are cross-checked against them.
 
-use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId};
+use leasesim::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use leasesim::proto::{PeerNote, Request, Response};
 use leasesim::store::StageRow;
 use leasesim::task::{Task, TaskKind, TaskSpec};
@@ -89,6 +89,38 @@ impl Commit {
 
     pub fn task(&self, id: TaskId) -> Option<&TaskChange> {
         self.tasks.iter().find(|c| c.after.id == id)
+    }
+}
+
+/// What a client sent of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnSend {
+    /// A statement that leaves the transaction open.
+    Statement,
+    /// A statement sent with COMMIT: the client ends the transaction.
+    Commit,
+    /// A rollback: the client ends the transaction.
+    Rollback,
+}
+
+impl TxnSend {
+    /// The kind of send a transaction request is (`None`: not one).
+    pub fn of(req: &Request) -> Option<(TxnId, Option<Fence>, TxnSend)> {
+        match req {
+            Request::Exec { txn, stmt, commit } => {
+                let fence = match stmt.as_ref() {
+                    Request::LeaseValid { fence }
+                    | Request::Complete { fence }
+                    | Request::Fail { fence, .. }
+                    | Request::ClearStageLink { fence } => Some(*fence),
+                    _ => None,
+                };
+                Some((*txn, fence, if *commit { TxnSend::Commit } else { TxnSend::Statement }))
+            }
+            Request::Rollback { txn } => Some((*txn, None, TxnSend::Rollback)),
+            _ => None,
+        }
     }
 }
 
@@ -236,6 +268,16 @@ pub enum Fact {
         to: Owner,
         note: PeerNote,
     },
+    /// A worker sent a statement of a transaction that spans round trips,
+    /// or its rollback (in the order it sent them, whatever the network
+    /// does to them afterwards).
+    TxnSent {
+        from: Owner,
+        txn: TxnId,
+        /// The attempt the statement speaks for (`None`: a rollback).
+        fence: Option<Fence>,
+        send: TxnSend,
+    },
 
     // ---- process control ----
     /// The process is cut off from the network ...
@@ -274,6 +316,7 @@ impl Fact {
             Fact::ClientAnswered { .. } => "client-answered",
             Fact::NoteSent { .. } => "note-sent",
             Fact::NoteDelivered { .. } => "note-delivered",
+            Fact::TxnSent { .. } => "txn-sent",
             Fact::Partitioned { .. } => "partitioned",
             Fact::StoreCrashed { .. } => "store-crashed",
             Fact::StoreRestarted => "store-restarted",

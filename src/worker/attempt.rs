@@ -182,6 +182,9 @@ async fn transaction<T: Transport, H: TaskHandler>(
     let mut pause_ms = 100;
     loop {
         let txn = ctx.new_txn();
+        // Cut off mid-way (the finalization deadline dropped this future):
+        // the transaction is rolled back rather than left to hold its locks.
+        let mut open = RollbackOnDrop { ctx, txn: Some(txn) };
         let mut answers = Vec::with_capacity(stmts.len());
         for (i, stmt) in stmts.iter().enumerate() {
             let commit = i + 1 == stmts.len();
@@ -191,15 +194,18 @@ async fn transaction<T: Transport, H: TaskHandler>(
                 Patience::Retry => ctx.call(req).await,
             };
             match answer {
-                Some(resp) if !retryable(&resp) && (commit || go_on(&resp)) => answers.push(resp),
+                Some(resp) if !retryable(&resp) && commit => {
+                    open.txn = None;
+                    answers.push(resp);
+                }
+                Some(resp) if !retryable(&resp) && go_on(&resp) => answers.push(resp),
                 Some(resp) if !retryable(&resp) => {
                     answers.push(resp);
-                    spawn_rollback(ctx, txn);
                     return answers;
                 }
                 _ if matches!(patience, Patience::Forever) => return answers,
                 _ => {
-                    spawn_rollback(ctx, txn);
+                    drop(open);
                     answers.clear();
                     break;
                 }
@@ -210,6 +216,20 @@ async fn transaction<T: Transport, H: TaskHandler>(
         }
         tokio::time::sleep(Duration::from_millis(pause_ms)).await;
         pause_ms = (pause_ms * 2).min(ctx.cfg.rpc_timeout_ms);
+    }
+}
+
+/// Rolls its transaction back when dropped, unless it committed.
+struct RollbackOnDrop<'a, T: Transport, H: TaskHandler> {
+    ctx: &'a Arc<Ctx<T, H>>,
+    txn: Option<crate::ids::TxnId>,
+}
+
+impl<T: Transport, H: TaskHandler> Drop for RollbackOnDrop<'_, T, H> {
+    fn drop(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            spawn_rollback(self.ctx, txn);
+        }
     }
 }
 

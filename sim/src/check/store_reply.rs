@@ -324,8 +324,26 @@ impl Judge<'_> {
                 return Some(format!("release of {owner}'s orphans released t{}, not {owner}'s", ch.after.id));
             }
         }
-        (*tasks as usize != c.tasks.len())
-            .then(|| format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()))
+        if *tasks as usize != c.tasks.len() {
+            return Some(format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()));
+        }
+        if let Request::ReclaimExpired { .. } = request {
+            return self.reclaimed_every_expired_lease();
+        }
+        None
+    }
+
+    /// A reclaim releases every expired lease outside a group, except rows
+    /// an open transaction holds (it skips those).
+    fn reclaimed_every_expired_lease(&self) -> Option<String> {
+        let view = &self.ctx.view;
+        let left = view.leased.iter().copied().find(|&id| {
+            let expired = view
+                .task(id)
+                .is_some_and(|t| t.row.spec.group.is_none() && t.row.lease_expiry_ms.is_some_and(|e| e <= self.now));
+            expired && self.c.task(id).is_none() && !view.locked_at(id, self.now)
+        })?;
+        Some(format!("reclaim-expired left t{left}'s expired lease in place ({})", view.task(left)?.holder()))
     }
 
     fn create_pipeline(&self, pipeline: u64, stages: u32) -> Option<String> {
@@ -445,6 +463,15 @@ mod tests {
                 )
                 .build()
             => &[(NAME, Some(1))];
+        reclaim_leaves_an_expired_lease:
+            // t1's 3 s workflow lease ran out at 3010; the reclaim at 3100
+            // (no transaction holds the row) releases nothing.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_100).answer(Sender::Worker(o(2, 1)), Request::ReclaimExpired { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => &[(NAME, None)];
         claim_in_order_passes:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
                 .at(10).grant(1, 1, o(1, 1))

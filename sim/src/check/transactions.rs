@@ -11,21 +11,31 @@
 //!   it was open `txn_timeout_ms`, its process has a newer incarnation, the
 //!   store restarted, it already ended, or it never opened.
 //! - A request gives up on a row lock only after waiting `txn_timeout_ms`.
+//! - At the network seam, the client keeps the protocol: it sends no
+//!   statement of a transaction it ended (COMMIT or ROLLBACK sent), and
+//!   before it starts another transaction for the same attempt it ends the
+//!   one it gave up on (an abandoned transaction keeps its row locks until
+//!   the store times it out).
 //!
 //! The checker's model of open transactions and their locks is the view's
 //! (`View::txns`), rebuilt from the statements' answers.
 
-use super::{answer, commit, Answer, Checker, Ctx, Violation};
+use super::{answer, commit, fact, Answer, Checker, Ctx, Violation};
 use crate::history::Record;
-use crate::truth::Commit;
-use leasesim::ids::{TaskId, TxnId};
+use crate::truth::{Commit, Fact, TxnSend};
+use leasesim::ids::{Fence, TaskId, TxnId};
 use leasesim::proto::{Rejection, Request, Response};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const NAME: &str = "transactions";
 
 #[derive(Default)]
 pub struct Transactions {
     evaluations: u64,
+    /// Transactions their client ended (sent COMMIT or ROLLBACK).
+    ended_by_client: BTreeSet<TxnId>,
+    /// The latest transaction the client started for each attempt.
+    latest_for: BTreeMap<Fence, TxnId>,
 }
 
 /// The task a fenced statement speaks for.
@@ -158,13 +168,39 @@ impl Transactions {
     }
 }
 
+impl Transactions {
+    /// What the client sent, in the order it sent it.
+    fn judge_send(&mut self, now: u64, txn: TxnId, fence: Option<Fence>, send: TxnSend) -> Option<Violation> {
+        self.evaluations += 1;
+        if send != TxnSend::Rollback && self.ended_by_client.contains(&txn) {
+            return Some(
+                Violation::new(NAME, now, format!("{} sent a statement of {txn} after it ended it", txn.owner))
+                    .process(txn.owner),
+            );
+        }
+        if matches!(send, TxnSend::Commit | TxnSend::Rollback) {
+            self.ended_by_client.insert(txn);
+        }
+        let fence = fence?;
+        let before = self.latest_for.insert(fence, txn).filter(|&t| t != txn)?;
+        (!self.ended_by_client.contains(&before)).then(|| {
+            Violation::new(
+                NAME,
+                now,
+                format!("{} started {txn} for {fence} without ending {before}, which it gave up on", txn.owner),
+            )
+            .fence(&fence)
+        })
+    }
+}
+
 impl Checker for Transactions {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn about(&self) -> &'static str {
-        "store seam: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, and a lock wait gives up only after txn_timeout_ms"
+        "store and network seams: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, a lock wait gives up only after txn_timeout_ms, and a client never reuses a transaction it ended nor moves on from one without ending it"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -183,6 +219,9 @@ impl Checker for Transactions {
                 if let Some(c) = commit(rec) {
                     out.extend(self.isolation(now, c, None, "a change outside any request", ctx));
                 }
+                if let Some(Fact::TxnSent { txn, fence, send, .. }) = fact(rec) {
+                    out.extend(self.judge_send(now, *txn, *fence, *send));
+                }
             }
         }
     }
@@ -196,7 +235,7 @@ impl Checker for Transactions {
 mod tests {
     use super::NAME;
     use crate::check::testkit::{cases, fence, o, H, PASS};
-    use crate::truth::Sender;
+    use crate::truth::{Sender, TxnSend};
     use leasesim::event::Event;
     use leasesim::ids::TxnId;
     use leasesim::proto::{Rejection, Request, Response};
@@ -260,6 +299,14 @@ mod tests {
             vec![],
             &[],
         )
+    }
+
+    /// p1.1 sends something of its transaction `seq` (for t1's attempt 1
+    /// when `task` is given).
+    fn sent(h: H, seq: u64, task: Option<u64>, send: TxnSend) -> H {
+        let txn = TxnId { owner: o(1, 1), seq };
+        let f = task.map(|t| fence(t, 1, o(1, 1)));
+        h.fact(crate::truth::Fact::TxnSent { from: o(1, 1), txn, fence: f, send })
     }
 
     fn closed(h: H, at: u64) -> H {
@@ -339,6 +386,15 @@ mod tests {
                 .at(1_100)
                 .renew(1, 1, o(1, 1))
                 .build()
+            => PASS;
+        a_transaction_reused_after_its_rollback:
+            sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 1, Some(1), TxnSend::Commit).build()
+            => &[(NAME, None)];
+        a_transaction_given_up_without_a_rollback:
+            sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 2, Some(1), TxnSend::Statement).build()
+            => &[(NAME, Some(1))];
+        a_transaction_rolled_back_before_the_next_try_passes:
+            sent(sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 2, Some(1), TxnSend::Statement), 2, Some(1), TxnSend::Commit).build()
             => PASS;
         a_lock_wait_given_up_at_once:
             done(locked().at(400).answer(

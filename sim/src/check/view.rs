@@ -324,6 +324,15 @@ impl View {
         self.txns.iter().find(|(id, t)| Some(**id) != except && t.locks.contains(&task)).map(|(id, _)| *id)
     }
 
+    /// Is the task row locked at `now` by a transaction still open then
+    /// (not past its timeout, its process not replaced)?
+    pub fn locked_at(&self, task: TaskId, now: u64) -> bool {
+        self.txns.iter().any(|(id, t)| {
+            let superseded = self.newest.get(&id.owner.proc).is_some_and(|&n| n > id.owner.incarnation);
+            t.locks.contains(&task) && t.opened_ms + self.txn_timeout_ms > now && !superseded
+        })
+    }
+
     /// Transactions open past `txn_timeout_ms` end as the store ends them.
     fn expire_txns(&mut self, now: u64) {
         let timeout_ms = self.txn_timeout_ms;
@@ -529,7 +538,11 @@ impl View {
                 }
             }
             Fact::StoreRestarted => close(&mut self.store_down, now),
-            Fact::Callback { .. } | Fact::NoteSent { .. } | Fact::NoteDelivered { .. } | Fact::Final { .. } => {}
+            Fact::Callback { .. }
+            | Fact::NoteSent { .. }
+            | Fact::NoteDelivered { .. }
+            | Fact::TxnSent { .. }
+            | Fact::Final { .. } => {}
         }
     }
 

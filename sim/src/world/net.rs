@@ -12,7 +12,7 @@
 use super::store_node::StoreNode;
 use super::variant::Variant;
 use crate::history::Recorder;
-use crate::truth::{Fact, Sender};
+use crate::truth::{Fact, Sender, TxnSend};
 use leasesim::proto::{PeerNote, Request, Response, RpcError, Transport};
 use madsim::net::Endpoint;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -93,6 +93,9 @@ impl SimTransport {
     async fn send(&self, req: Request) -> Result<Response, RpcError> {
         let inner = &self.inner;
         let tag = inner.next_tag.fetch_add(1, Ordering::Relaxed);
+        if let (Sender::Worker(from), Some((txn, fence, send))) = (self.origin, TxnSend::of(&req)) {
+            inner.rec.fact(Fact::TxnSent { from, txn, fence, send });
+        }
         let envelope: Envelope = (tag, self.origin, req);
         inner.ep.send_to_raw(inner.store, REQUEST_TAG, Box::new(envelope)).await.map_err(|_| RpcError::Unavailable)?;
         let (payload, _) = inner.ep.recv_from_raw(tag).await.map_err(|_| RpcError::Unavailable)?;
