@@ -316,10 +316,15 @@ fn task_params(tx: &Tx, spec: &TaskSpec) -> [Option<i64>; 5] {
     ]
 }
 
+/// Creates the stages that do not exist. `NOT EXISTS` first: `ON CONFLICT`
+/// alone waits for a transaction that holds an existing stage row (one
+/// finishing the stage's task) to end, although the row exists whatever
+/// it does; it still settles a race with a concurrent create.
 fn create_pipeline(tx: &mut Tx, pipeline: u64, stages: u32) -> Result<Response, Error> {
     const SQL: &str = "
         INSERT INTO stages (pipeline, stage_index)
         SELECT $1::bigint, i FROM generate_series(0::bigint, $2::bigint - 1) AS i
+        WHERE NOT EXISTS (SELECT 1 FROM stages WHERE pipeline = $1 AND stage_index = i)
         ON CONFLICT DO NOTHING";
     tx.execute(SQL, &[&db(pipeline), &i64::from(stages)])?;
     Ok(Response::Ack)
@@ -658,7 +663,17 @@ fn pipeline_snapshot(tx: &mut Tx) -> Result<Response, Error> {
 /// The guarded insert of a stage's task, linked in the same transaction.
 fn enqueue_stage(tx: &mut Tx, stage: StageRef) -> Result<Response, Error> {
     // The stage row stays locked until commit: a second enqueue of the same
-    // stage waits, then sees this one's link.
+    // stage waits, then sees this one's link. A stage the committed rows
+    // show not due is refused without the lock: whoever holds its row (a
+    // transaction finishing its task) cannot make it due, so waiting for
+    // that transaction to end would only delay the same answer.
+    const CHECK: &str = concat!(
+        "SELECT ",
+        stage_due!(),
+        " FROM ",
+        stages_with_prev!(),
+        " WHERE s.pipeline = $1 AND s.stage_index = $2"
+    );
     const GUARD: &str = concat!(
         "SELECT ",
         stage_due!(),
@@ -668,10 +683,12 @@ fn enqueue_stage(tx: &mut Tx, stage: StageRef) -> Result<Response, Error> {
     );
     const LINK: &str = "UPDATE stages SET task_id = $3 WHERE pipeline = $1 AND stage_index = $2";
     let (pipeline, index) = (db(stage.pipeline), i64::from(stage.index));
-    match tx.query_opt(GUARD, &[&pipeline, &index])? {
-        None => return Ok(Response::Rejected { reason: Rejection::Missing }),
-        Some(row) if !row.get::<_, bool>(0) => return Ok(Response::Rejected { reason: Rejection::StageGuard }),
-        Some(_) => {}
+    for guard in [CHECK, GUARD] {
+        match tx.query_opt(guard, &[&pipeline, &index])? {
+            None => return Ok(Response::Rejected { reason: Rejection::Missing }),
+            Some(row) if !row.get::<_, bool>(0) => return Ok(Response::Rejected { reason: Rejection::StageGuard }),
+            Some(_) => {}
+        }
     }
     let not_before_ms = num(tx.now_ms);
     let spec =
