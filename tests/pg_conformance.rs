@@ -1319,7 +1319,9 @@ fn two_txn_story() -> impl Strategy<Value = Vec<Op>> {
 /// write, every release path, dead tasks, stage guards, repeated enqueue
 /// keys, completions retried by their own attempt and by others, indexes
 /// built and then materialized by a pass (queried between), first claims,
-/// orphan lists made before a grant.
+/// orphan lists made before a grant; statements of transactions that span
+/// round trips with each outcome, lock waits, closed transactions,
+/// rollbacks, sweeps that skip a locked row, requests past a txn deadline.
 #[test]
 fn generator_reaches_every_outcome() {
     use proptest::strategy::ValueTree;
@@ -1396,9 +1398,35 @@ fn generator_reaches_every_outcome() {
             ("claim", "first claim of an owner"),
             ("release-orphans", "as of before a grant"),
             ("release-orphans", "as of after now"),
+            // Transactions that span round trips: every statement's
+            // outcomes in one, waits, sweeps that skip a locked row, deadlines.
+            ("lease-valid", "txn valid"),
+            ("lease-valid", "txn invalid"),
+            ("complete", "txn applied"),
+            ("fail", "txn applied"),
+            ("fail", "txn dead"),
+            ("clear-stage-link", "txn applied"),
+            ("rollback", "applied"),
+            ("rollback", "rejected TxnClosed"),
+            ("lease-valid", "rejected TimedOut"),
+            ("renew", "rejected TimedOut"),
+            ("reclaim-expired", "skips a locked row"),
+            ("release-dead", "skips a locked row"),
+            ("release-orphans", "skips a locked row"),
+            ("repair", "skips a locked row"),
+            ("lease-valid", "past a txn deadline"),
+            ("reclaim-expired", "past a txn deadline"),
         ]
         .map(|(op, out)| (op, out.to_string())),
     );
+    for stmt in ["lease-valid", "complete", "fail", "clear-stage-link"] {
+        required.extend(
+            ["txn rejected TimedOut", "txn rejected TxnClosed", "rejected TimedOut", "txn rejected Terminal"]
+                .iter()
+                .filter(|out| !(stmt == "lease-valid" && out.ends_with("Terminal")))
+                .map(|out| (stmt, out.to_string())),
+        );
+    }
     let missing: Vec<_> = required.into_iter().filter(|key| !tally.outcomes.contains_key(key)).collect();
     assert!(missing.is_empty(), "the generator never reached {missing:?}; it reached {:#?}", tally.outcomes);
 }
