@@ -78,7 +78,7 @@ pub(super) struct Conn {
 /// someone waits for it, so any wait at all ends in 55P03, which is what the
 /// model answers for a request that waits (`Rejected{TimedOut}`). Short, as
 /// every wait costs this much.
-const LOCK_TIMEOUT: &str = "SET lock_timeout = '10ms'";
+const LOCK_TIMEOUT: &str = "SET lock_timeout = '5ms'";
 
 impl Conn {
     pub(super) fn new(mut client: Client) -> Result<Conn, Error> {
