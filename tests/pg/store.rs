@@ -1,5 +1,7 @@
 //! Every store request as SQL, written the way an engine team would write it
-//! on PostgreSQL: one transaction per request at READ COMMITTED, the store
+//! on PostgreSQL: one transaction per request at READ COMMITTED (a statement
+//! of a transaction that spans round trips runs in that transaction's
+//! session instead, `sessions.rs`), the store
 //! time passed as a parameter (nothing reads `now()`), claims with
 //! `FOR UPDATE SKIP LOCKED`, fenced writes as one `UPDATE ... WHERE` on task,
 //! attempt, owner and state, followed (only when nothing matched) by one read
