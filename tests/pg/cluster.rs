@@ -82,7 +82,7 @@ impl Cluster {
 
     /// A connection to the cluster; retries while the server is starting.
     pub fn connect(&mut self) -> Result<postgres::Client, String> {
-        let conninfo = format!("host={} port={PORT} user={DB_USER} dbname=postgres", self.dir.display());
+        let conninfo = self.conninfo();
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let err = match postgres::Client::connect(&conninfo, postgres::NoTls) {
@@ -98,6 +98,11 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// What [`postgres::Client::connect`] needs for a connection to the cluster.
+    pub fn conninfo(&self) -> String {
+        format!("host={} port={PORT} user={DB_USER} dbname=postgres", self.dir.display())
     }
 
     fn data_dir(&self) -> PathBuf {

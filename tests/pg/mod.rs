@@ -1,8 +1,10 @@
 //! PostgreSQL as a second implementation of the store: a throwaway cluster
 //! ([`cluster`]), every store request as SQL ([`store`]), and the rows both
-//! implementations are compared on ([`Rows`]).
+//! implementations are compared on ([`Rows`]), and a session per
+//! transaction that spans round trips ([`sessions`]).
 
 pub mod cluster;
+pub mod sessions;
 pub mod store;
 
 use leasesim::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId};

@@ -1,5 +1,7 @@
 //! Every store request as SQL, written the way an engine team would write it
-//! on PostgreSQL: one transaction per request at READ COMMITTED, the store
+//! on PostgreSQL: one transaction per request at READ COMMITTED (a statement
+//! of a transaction that spans round trips runs in that transaction's
+//! session instead, `sessions.rs`), the store
 //! time passed as a parameter (nothing reads `now()`), claims with
 //! `FOR UPDATE SKIP LOCKED`, fenced writes as one `UPDATE ... WHERE` on task,
 //! attempt, owner and state, followed (only when nothing matched) by one read
@@ -9,6 +11,7 @@
 //! (whose match is exhaustive, so a new `Request` variant does not compile
 //! until it has its SQL).
 
+use super::sessions::{Sessions, TxnCounts};
 use super::Rows;
 use leasesim::config::{EngineConfig, MaintenanceKind};
 use leasesim::handler::TaskError;
@@ -16,8 +19,9 @@ use leasesim::ids::{Fence, IndexId, Owner, StageRef, TaskId};
 use leasesim::proto::{Grant, Rejection, Request, Response};
 use leasesim::store::StageRow;
 use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
+use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, Row, SimpleQueryMessage, SimpleQueryRow, Statement, Transaction};
+use postgres::{Client, Row, SimpleQueryMessage, SimpleQueryRow, Statement};
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::str::FromStr;
@@ -57,59 +61,139 @@ macro_rules! stages_with_prev {
 }
 
 pub struct PgStore {
-    client: Client,
+    /// The connection of requests that are one transaction each (and of the
+    /// row reads, which see committed rows only).
+    main: Conn,
     cfg: EngineConfig,
-    /// Statements prepared once per connection, by their text.
+    /// Transactions that span round trips: a session each.
+    sessions: Sessions,
+}
+
+/// One connection and the statements prepared on it, by their text.
+pub(super) struct Conn {
+    client: Client,
     statements: HashMap<&'static str, Statement>,
 }
 
-/// One request's transaction.
+/// How long a statement waits for a row lock another session holds. The
+/// test is one thread: a lock another session holds is never released while
+/// someone waits for it, so any wait at all ends in 55P03, which is what the
+/// model answers for a request that waits (`Rejected{TimedOut}`). Short, as
+/// every wait costs this much.
+const LOCK_TIMEOUT: &str = "SET lock_timeout = '5ms'";
+
+impl Conn {
+    pub(super) fn new(mut client: Client) -> Result<Conn, Error> {
+        client.batch_execute(LOCK_TIMEOUT)?;
+        Ok(Conn { client, statements: HashMap::new() })
+    }
+
+    pub(super) fn begin(&mut self) -> Result<(), Error> {
+        self.client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+    }
+
+    /// `COMMIT` or `ROLLBACK`.
+    pub(super) fn end(&mut self, how: &str) -> Result<(), Error> {
+        self.client.batch_execute(how)
+    }
+
+    /// Runs one request in this connection's open transaction (`in_txn`: a
+    /// statement of a transaction that spans round trips). `None`: it waited
+    /// for a row lock another session holds until `lock_timeout` (55P03).
+    /// A failed request's transaction is rolled back.
+    pub(super) fn run(
+        &mut self,
+        cfg: &EngineConfig,
+        now_ms: u64,
+        in_txn: bool,
+        req: &Request,
+    ) -> Result<Option<Response>, Error> {
+        let mut tx = Tx { client: &mut self.client, statements: &mut self.statements, cfg, now_ms: db(now_ms), in_txn };
+        let result = tx.apply(req);
+        if result.is_err() {
+            // An error aborts the transaction; the connection goes on.
+            self.end("ROLLBACK")?;
+        }
+        match result {
+            Ok(resp) => Ok(Some(resp)),
+            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One request's transaction, or one statement of a transaction that spans
+/// round trips, on its connection.
 struct Tx<'a> {
-    tx: Transaction<'a>,
+    client: &'a mut Client,
     statements: &'a mut HashMap<&'static str, Statement>,
     cfg: &'a EngineConfig,
     now_ms: i64,
+    /// A statement of a transaction that spans round trips: what it locks
+    /// stays locked until its session commits or rolls back.
+    in_txn: bool,
 }
 
 impl PgStore {
-    /// Creates the schema in the connected (empty) database.
-    pub fn create(mut client: Client) -> Result<PgStore, Error> {
-        client.batch_execute(include_str!("schema.sql"))?;
+    /// Creates the schema in the connected (empty) database; sessions for
+    /// transactions that span round trips connect with `conninfo`.
+    pub fn create(client: Client, conninfo: String) -> Result<PgStore, Error> {
+        let mut main = Conn::new(client)?;
+        main.client.batch_execute(include_str!("schema.sql"))?;
         for (name, sql) in TABLES {
-            client.batch_execute(&format!("PREPARE {name} AS {sql}"))?;
+            main.client.batch_execute(&format!("PREPARE {name} AS {sql}"))?;
         }
-        Ok(PgStore { client, cfg: EngineConfig::default(), statements: HashMap::new() })
+        Ok(PgStore { main, cfg: EngineConfig::default(), sessions: Sessions::new(conninfo) })
     }
 
     pub fn server_version(&mut self) -> Result<String, Error> {
-        Ok(self.client.query_one("SHOW server_version", &[])?.get(0))
+        Ok(self.main.client.query_one("SHOW server_version", &[])?.get(0))
+    }
+
+    /// What the transactions that span round trips did so far (all sequences).
+    pub fn txn_counts(&self) -> TxnCounts {
+        self.sessions.counts
     }
 
     /// Empties the store and restarts task ids at 1, as `Store::new(cfg)`.
+    /// Open sessions roll back first (their row locks would hold the deletes).
     pub fn reset(&mut self, cfg: &EngineConfig) -> Result<(), Error> {
         const KINDS: &str =
             "INSERT INTO task_kinds (kind, lease_ttl_ms) SELECT * FROM unnest($1::text[], $2::bigint[])";
+        self.sessions.reset()?;
         // DELETE, not TRUNCATE: on tables this small it is twice as fast
         // (TRUNCATE makes new files for every table and index).
-        self.client.batch_execute(
+        self.main.client.batch_execute(
             "DELETE FROM stages; DELETE FROM built_indexes; DELETE FROM tasks; DELETE FROM heartbeats; DELETE FROM materialized_indexes;
              DELETE FROM group_repair; DELETE FROM task_kinds;
              SELECT setval(pg_get_serial_sequence('tasks', 'id'), 1, false)",
         )?;
         let kinds: Vec<&str> = TaskKind::ALL.iter().map(|k| k.name()).collect();
         let ttls: Vec<Option<i64>> = TaskKind::ALL.iter().map(|&k| cfg.lease_ttl.for_kind(k).map(db)).collect();
-        self.client.execute(KINDS, &[&kinds, &ttls])?;
+        self.main.client.execute(KINDS, &[&kinds, &ttls])?;
         self.cfg = cfg.clone();
         Ok(())
     }
 
-    /// Applies one request as one READ COMMITTED transaction at `now_ms`.
+    /// Applies one request at `now_ms`: a statement of a transaction that
+    /// spans round trips in that transaction's session, anything else as one
+    /// READ COMMITTED transaction. A request that waited for a row lock
+    /// another session holds is `Rejected{TimedOut}` with nothing applied.
     pub fn apply(&mut self, now_ms: u64, req: &Request) -> Result<Response, Error> {
-        let tx = self.client.build_transaction().isolation_level(IsolationLevel::ReadCommitted).start()?;
-        let mut tx = Tx { tx, statements: &mut self.statements, cfg: &self.cfg, now_ms: db(now_ms) };
-        let resp = tx.apply(req)?;
-        tx.tx.commit()?;
-        Ok(resp)
+        self.sessions.follow_store_time(now_ms, req)?;
+        match req {
+            Request::Exec { txn, stmt, commit } => self.sessions.exec(&self.cfg, now_ms, *txn, stmt, *commit),
+            Request::Rollback { txn } => self.sessions.rollback(*txn),
+            _ => {
+                self.main.begin()?;
+                let Some(resp) = self.main.run(&self.cfg, now_ms, false, req)? else {
+                    self.sessions.counts.lock_waits += 1;
+                    return Ok(Response::Rejected { reason: Rejection::TimedOut });
+                };
+                self.main.end("COMMIT")?;
+                Ok(resp)
+            }
+        }
     }
 }
 
@@ -135,10 +219,9 @@ impl Tx<'_> {
             Request::PipelineSnapshot { .. } => pipeline_snapshot(self),
             Request::EnqueueStage { stage } => enqueue_stage(self, *stage),
             Request::QueryIndex { index, .. } => query_index(self, *index),
-            // One request is one transaction here; transactions that span
-            // round trips need a session each (not generated yet).
+            // `PgStore::apply` runs them in their sessions.
             Request::Exec { .. } | Request::Rollback { .. } => {
-                unimplemented!("pg store: {} needs a session per transaction", req.op_name())
+                unreachable!("pg store: {} is not one statement", req.op_name())
             }
         }
     }
@@ -147,29 +230,29 @@ impl Tx<'_> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.tx.prepare(sql)?;
+        let statement = self.client.prepare(sql)?;
         self.statements.insert(sql, statement.clone());
         Ok(statement)
     }
 
     fn query(&mut self, sql: &'static str, params: Params) -> Result<Vec<Row>, Error> {
         let statement = self.prepared(sql)?;
-        self.tx.query(&statement, params)
+        self.client.query(&statement, params)
     }
 
     fn query_one(&mut self, sql: &'static str, params: Params) -> Result<Row, Error> {
         let statement = self.prepared(sql)?;
-        self.tx.query_one(&statement, params)
+        self.client.query_one(&statement, params)
     }
 
     fn query_opt(&mut self, sql: &'static str, params: Params) -> Result<Option<Row>, Error> {
         let statement = self.prepared(sql)?;
-        self.tx.query_opt(&statement, params)
+        self.client.query_opt(&statement, params)
     }
 
     fn execute(&mut self, sql: &'static str, params: Params) -> Result<u64, Error> {
         let statement = self.prepared(sql)?;
-        self.tx.execute(&statement, params)
+        self.client.execute(&statement, params)
     }
 }
 
@@ -235,10 +318,15 @@ fn task_params(tx: &Tx, spec: &TaskSpec) -> [Option<i64>; 5] {
     ]
 }
 
+/// Creates the stages that do not exist. `NOT EXISTS` first: `ON CONFLICT`
+/// alone waits for a transaction that holds an existing stage row (one
+/// finishing the stage's task) to end, although the row exists whatever
+/// it does; it still settles a race with a concurrent create.
 fn create_pipeline(tx: &mut Tx, pipeline: u64, stages: u32) -> Result<Response, Error> {
     const SQL: &str = "
         INSERT INTO stages (pipeline, stage_index)
         SELECT $1::bigint, i FROM generate_series(0::bigint, $2::bigint - 1) AS i
+        WHERE NOT EXISTS (SELECT 1 FROM stages WHERE pipeline = $1 AND stage_index = i)
         ON CONFLICT DO NOTHING";
     tx.execute(SQL, &[&db(pipeline), &i64::from(stages)])?;
     Ok(Response::Ack)
@@ -308,12 +396,20 @@ fn renew(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
     }
 }
 
+/// A lease check. In a transaction it is `SELECT ... FOR UPDATE`: a lease
+/// found valid stays locked until the transaction ends; on its own it is the
+/// same statement in a transaction of its own. Either way it waits for a
+/// lock another session holds on a row it selects.
 fn lease_valid(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
-    const SQL: &str = concat!("SELECT lease_expiry_ms IS NULL OR lease_expiry_ms > $5 FROM tasks WHERE ", fenced!());
+    const SQL: &str = concat!(
+        "SELECT true FROM tasks WHERE ",
+        fenced!(),
+        " AND (lease_expiry_ms IS NULL OR lease_expiry_ms > $5) FOR UPDATE"
+    );
     let now = tx.now_ms;
     let [id, attempt, proc, incarnation] = fence_params(fence);
     let row = tx.query_opt(SQL, &[&id, &attempt, &proc, &incarnation, &now])?;
-    Ok(Response::Valid { valid: row.is_some_and(|row| row.get(0)) })
+    Ok(Response::Valid { valid: row.is_some() })
 }
 
 /// A completion, which records the attempt that made it. When the fence
@@ -387,8 +483,14 @@ fn clear_stage_link(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
     // FOR SHARE holds the fence until commit: a release or claim of the task
     // waits for this transaction instead of slipping in before the stage write.
     const SQL: &str = concat!("SELECT retries, stage_pipeline, stage_index FROM tasks WHERE ", fenced!(), " FOR SHARE");
+    // In a transaction that spans round trips the row stays locked until it
+    // ends, against other transactions' statements too (two FOR SHARE
+    // locks would not exclude each other).
+    const IN_TXN: &str =
+        concat!("SELECT retries, stage_pipeline, stage_index FROM tasks WHERE ", fenced!(), " FOR UPDATE");
     let [id, attempt, proc, incarnation] = fence_params(fence);
-    let Some(row) = tx.query_opt(SQL, &[&id, &attempt, &proc, &incarnation])? else {
+    let sql = if tx.in_txn { IN_TXN } else { SQL };
+    let Some(row) = tx.query_opt(sql, &[&id, &attempt, &proc, &incarnation])? else {
         // This attempt completed the task, stage and all: its transaction
         // is being tried again after a lost answer.
         return match tx.query_opt(COMPLETED_BY, &[&id, &attempt, &proc, &incarnation])? {
@@ -435,16 +537,23 @@ fn rejected(tx: &mut Tx, fence: &Fence) -> Result<Response, Error> {
 
 /// Releases heartbeat-owned tasks (no lease) of dead owners: superseded by a
 /// newer incarnation of their process, or silent longer than dead_after_ms.
+/// Like every sweep, it skips rows another transaction holds (SKIP LOCKED):
+/// a sweep that waited would stall behind a transaction that spans round
+/// trips; the row is looked at again by the next sweep.
 fn release_dead(tx: &mut Tx) -> Result<Response, Error> {
     const SQL: &str = concat!(
-        "UPDATE tasks t SET ",
+        "WITH victims AS (
+             SELECT id FROM tasks t
+             WHERE t.state = 'leased' AND t.lease_expiry_ms IS NULL
+               AND (NOT EXISTS (SELECT 1 FROM heartbeats h
+                                WHERE h.proc = t.owner_proc AND h.incarnation = t.owner_incarnation
+                                  AND $1 - h.last_ms <= $2)
+                    OR EXISTS (SELECT 1 FROM heartbeats h
+                               WHERE h.proc = t.owner_proc AND h.incarnation > t.owner_incarnation))
+             FOR UPDATE SKIP LOCKED)
+         UPDATE tasks t SET ",
         release!(),
-        " WHERE t.state = 'leased' AND t.lease_expiry_ms IS NULL
-           AND (NOT EXISTS (SELECT 1 FROM heartbeats h
-                            WHERE h.proc = t.owner_proc AND h.incarnation = t.owner_incarnation
-                              AND $1 - h.last_ms <= $2)
-                OR EXISTS (SELECT 1 FROM heartbeats h
-                           WHERE h.proc = t.owner_proc AND h.incarnation > t.owner_incarnation))"
+        " FROM victims WHERE t.id = victims.id"
     );
     let now = tx.now_ms;
     let released = tx.execute(SQL, &[&now, &db(tx.cfg.dead_after_ms)])?;
@@ -462,10 +571,14 @@ fn release_orphans(
     as_of_ms: u64,
 ) -> Result<Response, Error> {
     const SQL: &str = concat!(
-        "UPDATE tasks SET ",
+        "WITH victims AS (
+             SELECT id FROM tasks
+             WHERE state = 'leased' AND owner_proc = $2 AND owner_incarnation = $3 AND id <> ALL($4)
+               AND LEAST($5::bigint, $1) - updated_ms > $6
+             FOR UPDATE SKIP LOCKED)
+         UPDATE tasks t SET ",
         release!(),
-        " WHERE state = 'leased' AND owner_proc = $2 AND owner_incarnation = $3 AND id <> ALL($4)
-           AND LEAST($5::bigint, $1) - updated_ms > $6"
+        " FROM victims WHERE t.id = victims.id"
     );
     let now = tx.now_ms;
     let running: Vec<i64> = running.iter().map(|&id| db(id)).collect();
@@ -477,15 +590,22 @@ fn release_orphans(
 
 /// Expired leases of tasks outside any group; groups are repair's business.
 fn reclaim_expired(tx: &mut Tx) -> Result<Response, Error> {
-    const SQL: &str =
-        concat!("UPDATE tasks SET ", release!(), " WHERE state = 'leased' AND grp IS NULL AND lease_expiry_ms <= $1");
+    const SQL: &str = concat!(
+        "WITH victims AS (
+             SELECT id FROM tasks WHERE state = 'leased' AND grp IS NULL AND lease_expiry_ms <= $1
+             FOR UPDATE SKIP LOCKED)
+         UPDATE tasks t SET ",
+        release!(),
+        " FROM victims WHERE t.id = victims.id"
+    );
     let now = tx.now_ms;
     let released = tx.execute(SQL, &[&now])?;
     Ok(Response::Released { tasks: num(released as i64) })
 }
 
 /// Group repair in one statement, so every part reads one snapshot: each
-/// group with a leased task that has a lease, whose next look is due, is
+/// group with a leased task that has a lease (rows another transaction holds
+/// skipped, as a group without them), whose next look is due, is
 /// looked at; its expired leases are released; a group that needed repair is
 /// looked at again at once, one that did not backs off, but no later than
 /// its next lease expiry (`LEAST` skips the NULL of a group without one).
@@ -493,21 +613,24 @@ fn repair(tx: &mut Tx) -> Result<Response, Error> {
     // One repair pass at a time: a pass reads the schedule, then writes it.
     const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('leasesim.group_repair'))";
     const SQL: &str = concat!(
-        "WITH looked AS (
+        "WITH leased AS (
+             SELECT id, grp, lease_expiry_ms FROM tasks
+             WHERE state = 'leased' AND grp IS NOT NULL AND lease_expiry_ms IS NOT NULL
+             FOR UPDATE SKIP LOCKED),
+         looked AS (
              SELECT t.grp,
                     bool_or(t.lease_expiry_ms <= $1) AS needed,
                     min(t.lease_expiry_ms) FILTER (WHERE t.lease_expiry_ms > $1) AS next_expiry_ms,
                     coalesce(max(r.misses), 0) AS misses
-             FROM tasks t LEFT JOIN group_repair r ON r.grp = t.grp
-             WHERE t.state = 'leased' AND t.grp IS NOT NULL AND t.lease_expiry_ms IS NOT NULL
-               AND $1 >= coalesce(r.next_at_ms, 0)
+             FROM leased t LEFT JOIN group_repair r ON r.grp = t.grp
+             WHERE $1 >= coalesce(r.next_at_ms, 0)
              GROUP BY t.grp),
          released AS (
              UPDATE tasks t SET ",
         release!(),
         ", repair_count = t.repair_count + 1
-             FROM looked
-             WHERE t.grp = looked.grp AND t.state = 'leased' AND t.lease_expiry_ms <= $1
+             FROM leased, looked
+             WHERE t.id = leased.id AND leased.grp = looked.grp AND leased.lease_expiry_ms <= $1
              RETURNING t.id),
          scheduled AS (
              INSERT INTO group_repair (grp, misses, next_at_ms)
@@ -542,7 +665,17 @@ fn pipeline_snapshot(tx: &mut Tx) -> Result<Response, Error> {
 /// The guarded insert of a stage's task, linked in the same transaction.
 fn enqueue_stage(tx: &mut Tx, stage: StageRef) -> Result<Response, Error> {
     // The stage row stays locked until commit: a second enqueue of the same
-    // stage waits, then sees this one's link.
+    // stage waits, then sees this one's link. A stage the committed rows
+    // show not due is refused without the lock: whoever holds its row (a
+    // transaction finishing its task) cannot make it due, so waiting for
+    // that transaction to end would only delay the same answer.
+    const CHECK: &str = concat!(
+        "SELECT ",
+        stage_due!(),
+        " FROM ",
+        stages_with_prev!(),
+        " WHERE s.pipeline = $1 AND s.stage_index = $2"
+    );
     const GUARD: &str = concat!(
         "SELECT ",
         stage_due!(),
@@ -552,10 +685,12 @@ fn enqueue_stage(tx: &mut Tx, stage: StageRef) -> Result<Response, Error> {
     );
     const LINK: &str = "UPDATE stages SET task_id = $3 WHERE pipeline = $1 AND stage_index = $2";
     let (pipeline, index) = (db(stage.pipeline), i64::from(stage.index));
-    match tx.query_opt(GUARD, &[&pipeline, &index])? {
-        None => return Ok(Response::Rejected { reason: Rejection::Missing }),
-        Some(row) if !row.get::<_, bool>(0) => return Ok(Response::Rejected { reason: Rejection::StageGuard }),
-        Some(_) => {}
+    for guard in [CHECK, GUARD] {
+        match tx.query_opt(guard, &[&pipeline, &index])? {
+            None => return Ok(Response::Rejected { reason: Rejection::Missing }),
+            Some(row) if !row.get::<_, bool>(0) => return Ok(Response::Rejected { reason: Rejection::StageGuard }),
+            Some(_) => {}
+        }
     }
     let not_before_ms = num(tx.now_ms);
     let spec =
@@ -574,8 +709,14 @@ fn maintain(tx: &mut Tx, kind: MaintenanceKind, timeout_ms: Option<u64>) -> Resu
     const FINALIZE: &str = "
         WITH finalized AS (DELETE FROM built_indexes RETURNING index_id)
         INSERT INTO materialized_indexes (index_id) SELECT index_id FROM finalized ON CONFLICT DO NOTHING";
+    // Under its statement timeout a pass waits for locks as long as that
+    // allows, not the connection's short lock_timeout.
+    const NO_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', '0', true)";
     if let Some(timeout_ms) = timeout_ms {
         tx.query_one(TIMEOUT, &[&format!("{timeout_ms}ms")])?;
+        if timeout_ms > 0 {
+            tx.query_one(NO_LOCK_TIMEOUT, &[])?;
+        }
     }
     if kind == MaintenanceKind::Index {
         tx.execute(FINALIZE, &[])?;
@@ -624,7 +765,7 @@ impl PgStore {
     pub fn rows(&mut self) -> Result<Rows, Error> {
         let sql: String = TABLES.iter().map(|(name, _)| format!("EXECUTE {name};")).collect();
         let mut tables: Vec<Vec<SimpleQueryRow>> = vec![Vec::new()];
-        for message in self.client.simple_query(&sql)? {
+        for message in self.main.client.simple_query(&sql)? {
             match message {
                 SimpleQueryMessage::Row(row) => tables.last_mut().expect("a table is open").push(row),
                 SimpleQueryMessage::CommandComplete(_) => tables.push(Vec::new()),
