@@ -26,7 +26,7 @@ use leasesim::config::{EngineConfig, LeaseTtls, MaintenanceKind};
 use leasesim::event::NullObserver;
 use leasesim::handler::TaskError;
 use leasesim::ids::{Fence, GroupId, IndexId, Owner, StageRef, TaskId, TxnId};
-use leasesim::proto::{Rejection, Request, Response};
+use leasesim::proto::{Request, Response};
 use leasesim::store::Store;
 use leasesim::task::{Task, TaskKind, TaskSpec, TaskState};
 use pg::cluster::{self, Cluster};
@@ -66,8 +66,8 @@ fn store_model_agrees_with_postgres() {
     let (tally, txns) = (tally.into_inner(), pg.borrow().txn_counts());
     say(&format!(
         "pg_conformance: {} sequences, {} requests ({} transactions spanning round trips, {} committed, \
-         {} statements in them, {} lock waits (55P03), {} sweeps that skipped a locked row; \
-         not sent, known differences: {:?}): the model agrees with PostgreSQL {version} ({:.1} s)",
+         {} statements in them, {} lock waits (55P03), {} sweeps that skipped a locked row): \
+         the model agrees with PostgreSQL {version} ({:.1} s)",
         tally.sequences,
         tally.requests,
         txns.txns,
@@ -75,7 +75,6 @@ fn store_model_agrees_with_postgres() {
         txns.statements,
         txns.lock_waits,
         tally.count("skips a locked row"),
-        tally.skipped,
         started.elapsed().as_secs_f64()
     ));
 }
@@ -175,21 +174,12 @@ struct Tally {
     requests: u64,
     /// (request, outcome) pairs seen, to keep the generator honest.
     outcomes: BTreeMap<(&'static str, String), u32>,
-    /// Requests not sent, by the known difference they would meet.
-    skipped: BTreeMap<&'static str, u32>,
 }
 
 impl Tally {
     /// How many requests were seen with this outcome or situation.
     fn count(&self, label: &str) -> u32 {
         self.outcomes.iter().filter(|((_, l), _)| l == label).map(|(_, n)| n).sum()
-    }
-
-    fn finish(&mut self, world: &World) {
-        self.sequences += 1;
-        for (why, n) in &world.skipped {
-            *self.skipped.entry(why).or_default() += n;
-        }
     }
 
     fn record(&mut self, req: &Request, resp: &Response, situations: &[&'static str]) {
@@ -225,7 +215,7 @@ fn check_sequence(
         tally.record(&req, &want, &situations);
         world.answered(&req, &want);
     }
-    tally.finish(&world);
+    tally.sequences += 1;
     Ok(())
 }
 
@@ -241,14 +231,9 @@ struct World {
     slots: [Option<TxnId>; TXN_SLOTS],
     /// The fence of the first statement of each slot's latest transaction.
     slot_fences: [Option<Fence>; TXN_SLOTS],
-    /// Indexes whose first build the slot's open transaction completed
-    /// (their built row inserted, not committed).
-    slot_builds: [Vec<IndexId>; TXN_SLOTS],
     next_seq: u64,
     /// Transactions that ended, for late statements.
     ended: Vec<TxnId>,
-    /// Requests not sent, by the known difference they would meet.
-    skipped: BTreeMap<&'static str, u32>,
 }
 
 impl World {
@@ -261,10 +246,8 @@ impl World {
             last_completed: None,
             slots: [None; TXN_SLOTS],
             slot_fences: [None; TXN_SLOTS],
-            slot_builds: Default::default(),
             next_seq: 0,
             ended: Vec::new(),
-            skipped: BTreeMap::new(),
         }
     }
 
@@ -316,26 +299,10 @@ impl World {
                 *slot = None;
             }
         }
-        for (slot, builds) in self.slots.iter().zip(&mut self.slot_builds) {
-            if slot.is_none() {
-                builds.clear();
-            }
-        }
     }
 
-    /// The request `op` makes now, or `None` for a clock step or a request
-    /// on which the model is known to answer otherwise than PostgreSQL
-    /// (counted in `skipped`; see [`known_difference`]).
+    /// The request `op` makes now, or `None` for a clock step.
     fn request(&mut self, op: &Op) -> Option<Request> {
-        let req = self.make_request(op)?;
-        if let Some(why) = self.known_difference(&req) {
-            *self.skipped.entry(why).or_default() += 1;
-            return None;
-        }
-        Some(req)
-    }
-
-    fn make_request(&mut self, op: &Op) -> Option<Request> {
         let now = self.now_ms;
         Some(match op {
             Op::Advance(ms) => {
@@ -384,12 +351,6 @@ impl World {
     }
 
     fn answered(&mut self, req: &Request, resp: &Response) {
-        if let (Request::Exec { txn, stmt, .. }, Response::Applied { .. }) = (req, resp) {
-            let slot = self.slots.iter().position(|s| *s == Some(*txn));
-            if let (Some(slot), Some(index)) = (slot, self.first_build(stmt)) {
-                self.slot_builds[slot].push(index);
-            }
-        }
         self.end_closed_slots();
         match (req, resp) {
             (_, Response::Claimed { grants }) => self.granted.extend(grants.iter().map(|g| g.fence)),
@@ -588,62 +549,6 @@ impl World {
             }
             _ => vec![],
         }
-    }
-
-    /// Where the model answers otherwise than PostgreSQL (reported, not fixed:
-    /// docs/store-fidelity.md), the generator does not go. Two are requests
-    /// `Store::apply` makes wait for a row lock that PostgreSQL never waits for:
-    ///
-    /// - A statement of a transaction that is closed (ended, or of a superseded
-    ///   incarnation) never runs, so it waits for no lock and is answered
-    ///   `TxnClosed`; the model checks the lock first, and when the statement's
-    ///   fence matches a row another transaction holds it answers `TimedOut`.
-    /// - A lease check (`SELECT ... WHERE <fence> AND lease not expired FOR
-    ///   UPDATE`) of an expired lease selects no row, so it waits for none and
-    ///   answers invalid; the model's wait looks at the fence only and answers
-    ///   `TimedOut`.
-    ///
-    /// One is a lock the model does not know: a completion of the first build
-    /// of an index inserts the index's built row, and a second completion of a
-    /// build of that index inserts the same key, which waits in PostgreSQL for
-    /// the first one's transaction to end (a unique index); the model lets it
-    /// through at once.
-    fn known_difference(&self, req: &Request) -> Option<&'static str> {
-        let (store, now_ms) = (&self.store, self.now_ms);
-        let own = self.slots.iter().position(|s| req.txn().is_some_and(|t| *s == Some(t)));
-        let others_built =
-            |i: IndexId| (0..TXN_SLOTS).any(|slot| Some(slot) != own && self.slot_builds[slot].contains(&i));
-        if self.first_build(req.statement()).is_some_and(others_built) {
-            return Some("second build's completion while the first is uncommitted");
-        }
-        let mut probe = store.clone();
-        probe.blocked_until(now_ms, req)?;
-        if let Request::LeaseValid { fence } = req.statement() {
-            let expiry = probe.task(fence.task).and_then(|t| t.lease_expiry_ms);
-            if expiry.is_some_and(|e| e <= now_ms) {
-                return Some("expired lease check on a locked row");
-            }
-        }
-        let Request::Exec { txn, .. } = req else { return None };
-        if probe.open_txns().any(|open| open == *txn) {
-            return None;
-        }
-        // With no lock held anywhere, the model refuses it as closed.
-        probe.abort_all_txns();
-        let closed = Response::Rejected { reason: Rejection::TxnClosed };
-        (probe.apply(now_ms, req, &NullObserver) == closed).then_some("closed txn's statement on a locked row")
-    }
-
-    /// The index whose first build `stmt` completes (inserting its built
-    /// row), if it is a completion whose fence holds of an index build, and
-    /// the index is neither built nor materialized.
-    fn first_build(&self, stmt: &Request) -> Option<IndexId> {
-        let Request::Complete { fence } = stmt else { return None };
-        let task =
-            self.store.task(fence.task).filter(|t| t.attempt == fence.attempt && t.owner == Some(fence.owner))?;
-        let index = task.spec.index.filter(|_| task.spec.kind == TaskKind::IndexBuild)?;
-        let built = self.store.built_by().any(|(i, _)| i == index);
-        (!built && !self.store.is_materialized(index)).then_some(index)
     }
 
     /// Requests that wait for a row lock, sweeps and claims whose answer the

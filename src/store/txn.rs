@@ -64,12 +64,20 @@ impl Store {
         !self.txns.is_empty() && self.lock_holder(task).is_some()
     }
 
-    /// If `req` must wait for a row lock held by another transaction: the
-    /// store time at which that transaction times out. Transactions past
-    /// their deadline are aborted first.
+    /// If `req` must wait for a lock held by another transaction: the store
+    /// time at which that transaction times out. Transactions past their
+    /// deadline are aborted first. A statement waits only if it would run
+    /// (its transaction is open, or new) and its `WHERE` selects the row.
     pub fn blocked_until(&mut self, now_ms: u64, req: &Request) -> Option<u64> {
         self.expire_txns(now_ms);
-        let fence = match req.statement() {
+        if let Request::Exec { txn, .. } = req {
+            let superseded = self.incarnations.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+            if !self.txns.contains_key(txn) && (self.txn_ended.contains(txn) || superseded) {
+                return None;
+            }
+        }
+        let stmt = req.statement();
+        let fence = match stmt {
             Request::Renew { fence }
             | Request::LeaseValid { fence }
             | Request::Complete { fence }
@@ -77,19 +85,45 @@ impl Store {
             | Request::ClearStageLink { fence } => fence,
             _ => return None,
         };
-        let holder = self.lock_holder(fence.task)?;
-        // A fence the committed row does not match selects nothing, so it
-        // has no row to wait for (as `WHERE attempt = $ AND owner = $`).
-        (self.selects(req.statement()) && Some(holder) != req.txn()).then(|| self.txns[&holder].deadline_ms)
+        if !self.selects(now_ms, stmt) {
+            return None;
+        }
+        let own = req.txn();
+        let holder =
+            self.lock_holder(fence.task).filter(|&h| Some(h) != own).or_else(|| self.built_holder(stmt, own))?;
+        Some(self.txns[&holder].deadline_ms)
+    }
+
+    /// The open transaction (other than `own`) whose uncommitted completion
+    /// built the index this completion would record as built: the second
+    /// insert of the same key waits for the first (`built_indexes` has one
+    /// row per index).
+    fn built_holder(&self, stmt: &Request, own: Option<TxnId>) -> Option<TxnId> {
+        let Request::Complete { fence } = stmt else { return None };
+        let task = self.tasks.get(&fence.task)?;
+        let index = task.spec.index.filter(|_| task.spec.kind == crate::task::TaskKind::IndexBuild)?;
+        if self.materialized.contains(&index) || self.built.contains_key(&index) {
+            return None;
+        }
+        let inserted = |t: &OpenTxn| {
+            t.rows.values().any(|(base, written)| {
+                matches!(written.built, Some((i, Some(_))) if i == index) && base.built != written.built
+            })
+        };
+        self.txns.iter().find(|(id, t)| Some(**id) != own && inserted(t)).map(|(id, _)| *id)
     }
 
     /// Does a fenced statement's `WHERE` match its row as this store (or
-    /// transaction) sees it now? Only then does it lock the row, or wait
-    /// for another's lock: a fence that matches nothing selects nothing (a
-    /// completion retried by its own attempt reads a done row, unlocked).
-    fn selects(&self, stmt: &Request) -> bool {
+    /// transaction) sees it at `now_ms`? Only then does it lock the row, or
+    /// wait for another's lock: a fence that matches nothing selects nothing
+    /// (a completion retried by its own attempt reads a done row, unlocked;
+    /// a lease check of a lease that ran out finds no valid row).
+    fn selects(&self, now_ms: u64, stmt: &Request) -> bool {
         match stmt {
-            Request::Renew { fence } | Request::LeaseValid { fence } => self.check_fence(fence).is_ok(),
+            Request::Renew { fence } => self.check_fence(fence).is_ok(),
+            Request::LeaseValid { fence } => {
+                self.check_fence(fence).is_ok() && self.tasks[&fence.task].lease_expiry_ms.is_none_or(|e| e > now_ms)
+            }
             Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
                 self.check_outcome_fence(fence).is_ok()
             }
@@ -219,7 +253,7 @@ impl Store {
         if let Some(own) = &own {
             self.install(own);
         }
-        let selects = self.selects(stmt);
+        let selects = self.selects(now_ms, stmt);
         // A read reports what it saw at once; writes report at commit.
         let deferred = Deferred::default();
         let resp = match stmt {
