@@ -327,10 +327,28 @@ impl Judge<'_> {
         if *tasks as usize != c.tasks.len() {
             return Some(format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()));
         }
-        if let Request::ReclaimExpired { .. } = request {
-            return self.reclaimed_every_expired_lease();
+        match request {
+            Request::ReclaimExpired { .. } => self.reclaimed_every_expired_lease(),
+            Request::ReleaseDead { .. } => self.released_every_replaced_owner(),
+            _ => None,
         }
-        None
+    }
+
+    /// Release-dead releases every task owned by heartbeat whose owner's
+    /// process the store has seen restarted (a newer incarnation), except
+    /// rows an open transaction holds. (Owners silent for `dead_after_ms`
+    /// are dead too; their exact moment depends on when the store applied
+    /// their last heartbeat, so only replaced owners are judged here.)
+    fn released_every_replaced_owner(&self) -> Option<String> {
+        let view = &self.ctx.view;
+        let left = view.leased.iter().copied().find(|&id| {
+            let replaced = view.task(id).is_some_and(|t| {
+                t.row.lease_expiry_ms.is_none()
+                    && t.row.owner.is_some_and(|o| view.newest.get(&o.proc).is_some_and(|&n| n > o.incarnation))
+            });
+            replaced && self.c.task(id).is_none() && !view.locked_at(id, self.now)
+        })?;
+        Some(format!("release-dead left t{left} with its replaced owner ({})", view.task(left)?.holder()))
     }
 
     /// A reclaim releases every expired lease outside a group, except rows
@@ -469,6 +487,16 @@ mod tests {
             H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::WorkflowTask)
                 .at(10).grant(1, 1, o(1, 1))
                 .at(3_100).answer(Sender::Worker(o(2, 1)), Request::ReclaimExpired { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => &[(NAME, None)];
+        release_dead_leaves_a_replaced_owners_task:
+            // p1 restarted (p1.2 heartbeats): its heartbeat-owned job t1 must
+            // go back with the next release-dead, which releases nothing.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(100).killed(o(1, 1)).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(200).answer(Sender::Worker(o(2, 1)), Request::ReleaseDead { by: o(2, 1) },
                     Response::Released { tasks: 0 }, vec![], &[])
                 .build()
             => &[(NAME, None)];
