@@ -105,7 +105,7 @@ impl FaultKind {
             FaultKind::SlowPreparation => "a task takes long to prepare before its body runs",
             FaultKind::HungMaintenance => "a maintenance pass's store work never finishes (until its statement timeout)",
             FaultKind::StoreCrash => {
-                "the store process dies and restarts: committed state survives, held requests are lost, calls meanwhile go unanswered"
+                "the store process dies and restarts: committed state survives, held requests and open transactions are lost, calls meanwhile go unanswered"
             }
             FaultKind::DuplicateDelivery => "a request is delivered to the store a second time, a little later",
             FaultKind::SerializationFailure => "a write's transaction fails with a retryable conflict: nothing applied",
