@@ -69,7 +69,14 @@ impl Transactions {
     }
 
     /// Rows a commit changed that another open transaction holds.
-    fn isolation(&mut self, now: u64, c: &Commit, own: Option<TxnId>, who: &str, ctx: &Ctx) -> Option<Violation> {
+    fn isolation(
+        &mut self,
+        now: u64,
+        c: &Commit,
+        own: Option<TxnId>,
+        who: &dyn Fn() -> String,
+        ctx: &Ctx,
+    ) -> Option<Violation> {
         if ctx.view.txns.is_empty() {
             return None;
         }
@@ -77,10 +84,8 @@ impl Transactions {
         c.tasks.iter().find_map(|ch| {
             let task = ch.after.id;
             let holder = Self::other_holder(ctx, task, own, now)?;
-            Some(
-                Violation::new(NAME, now, format!("t{task} changed by {who} while transaction {holder} held its lock"))
-                    .task(task),
-            )
+            let message = format!("t{task} changed by {} while transaction {holder} held its lock", who());
+            Some(Violation::new(NAME, now, message).task(task))
         })
     }
 
@@ -208,7 +213,7 @@ impl Checker for Transactions {
         match answer(rec, ctx) {
             Some(a) => {
                 let own = a.request.txn.filter(|(_, commit)| *commit).map(|(txn, _)| txn);
-                let who = format!("request {} ({})", a.req, a.request.request.op_name());
+                let who = || format!("request {} ({})", a.req, a.request.request.op_name());
                 out.extend(self.isolation(now, a.commit, own, &who, ctx));
                 if let Some((txn, commit)) = a.request.txn {
                     out.extend(self.judge_statement(now, &a, txn, commit, ctx));
@@ -217,7 +222,8 @@ impl Checker for Transactions {
             }
             None => {
                 if let Some(c) = commit(rec) {
-                    out.extend(self.isolation(now, c, None, "a change outside any request", ctx));
+                    let who = || "a change outside any request".to_string();
+                    out.extend(self.isolation(now, c, None, &who, ctx));
                 }
                 if let Some(Fact::TxnSent { txn, fence, send, .. }) = fact(rec) {
                     out.extend(self.judge_send(now, *txn, *fence, *send));
