@@ -155,6 +155,19 @@ impl Request {
         }
     }
 
+    /// The attempt a fenced request speaks for (a renewal, a lease check,
+    /// an outcome write), a transaction's statement included.
+    pub fn fence(&self) -> Option<&Fence> {
+        match self.statement() {
+            Request::Renew { fence }
+            | Request::LeaseValid { fence }
+            | Request::Complete { fence }
+            | Request::Fail { fence, .. }
+            | Request::ClearStageLink { fence } => Some(fence),
+            _ => None,
+        }
+    }
+
     /// The transaction this request belongs to, if it spans round trips.
     pub fn txn(&self) -> Option<TxnId> {
         match self {

@@ -109,14 +109,8 @@ impl TxnSend {
     pub fn of(req: &Request) -> Option<(TxnId, Option<Fence>, TxnSend)> {
         match req {
             Request::Exec { txn, stmt, commit } => {
-                let fence = match stmt.as_ref() {
-                    Request::LeaseValid { fence }
-                    | Request::Complete { fence }
-                    | Request::Fail { fence, .. }
-                    | Request::ClearStageLink { fence } => Some(*fence),
-                    _ => None,
-                };
-                Some((*txn, fence, if *commit { TxnSend::Commit } else { TxnSend::Statement }))
+                let send = if *commit { TxnSend::Commit } else { TxnSend::Statement };
+                Some((*txn, stmt.fence().copied(), send))
             }
             Request::Rollback { txn } => Some((*txn, None, TxnSend::Rollback)),
             _ => None,

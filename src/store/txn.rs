@@ -77,14 +77,7 @@ impl Store {
             }
         }
         let stmt = req.statement();
-        let fence = match stmt {
-            Request::Renew { fence }
-            | Request::LeaseValid { fence }
-            | Request::Complete { fence }
-            | Request::Fail { fence, .. }
-            | Request::ClearStageLink { fence } => fence,
-            _ => return None,
-        };
+        let fence = req.fence()?;
         if !self.selects(now_ms, stmt) {
             return None;
         }
@@ -238,13 +231,7 @@ impl Store {
     /// Runs one statement against the committed rows plus the transaction's
     /// own writes, and keeps what it wrote (and its lock) in the transaction.
     fn run_statement(&mut self, now_ms: u64, txn: TxnId, stmt: &Request, obs: &dyn Observer) -> Response {
-        let task = match stmt {
-            Request::LeaseValid { fence }
-            | Request::Complete { fence }
-            | Request::Fail { fence, .. }
-            | Request::ClearStageLink { fence } => fence.task,
-            other => unreachable!("{} does not run in a transaction", other.op_name()),
-        };
+        let task = stmt.fence().unwrap_or_else(|| unreachable!("{} is not fenced", stmt.op_name())).task;
         if !self.tasks.contains_key(&task) {
             return self.apply_request(now_ms, stmt, &crate::event::NullObserver);
         }

@@ -121,14 +121,7 @@ impl Coverage {
             }
         }
         if let Some(Fact::Arrived { request, .. }) = fact(rec) {
-            let fence = match request.statement() {
-                Request::LeaseValid { fence }
-                | Request::Complete { fence }
-                | Request::Fail { fence, .. }
-                | Request::ClearStageLink { fence }
-                | Request::Renew { fence } => Some(fence),
-                _ => None,
-            };
+            let fence = request.fence();
             // Only a statement whose fence matches the row waits for it.
             let waits = |f: &Fence| {
                 ctx.view.task(f.task).is_some_and(|t| t.held_by(f))

@@ -76,7 +76,7 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
         // A statement on a row its own transaction already wrote sees that
         // write, which the view (committed rows only) does not show.
         let own = a.request.txn.and_then(|(txn, _)| ctx.view.txns.get(&txn));
-        let fence = statement_fence(&a.request.request);
+        let fence = a.request.request.fence();
         if fence.is_some_and(|f| own.is_some_and(|t| t.locks.contains(&f.task))) {
             return None;
         }
@@ -103,18 +103,6 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
         Request::Heartbeat { .. } | Request::QueryIndex { .. } => None,
         Request::Rollback { .. } => None,
         Request::Exec { .. } => Some("a statement inside a statement".into()),
-    }
-}
-
-/// The attempt a fenced statement speaks for.
-fn statement_fence(req: &Request) -> Option<&Fence> {
-    match req {
-        Request::LeaseValid { fence }
-        | Request::Complete { fence }
-        | Request::Fail { fence, .. }
-        | Request::ClearStageLink { fence }
-        | Request::Renew { fence } => Some(fence),
-        _ => None,
     }
 }
 

@@ -40,14 +40,7 @@ pub struct Transactions {
 
 /// The task a fenced statement speaks for.
 fn statement_task(req: &Request) -> Option<TaskId> {
-    match req {
-        Request::LeaseValid { fence }
-        | Request::Complete { fence }
-        | Request::Fail { fence, .. }
-        | Request::ClearStageLink { fence }
-        | Request::Renew { fence } => Some(fence.task),
-        _ => None,
-    }
+    req.fence().map(|f| f.task)
 }
 
 impl Transactions {
@@ -107,14 +100,7 @@ impl Transactions {
             .map(|m| Violation::new(NAME, now, m));
         }
         let task = statement_task(&a.request.request)?;
-        let selected = ctx.view.task(task).is_some_and(|t| match &a.request.request {
-            Request::LeaseValid { fence }
-            | Request::Complete { fence }
-            | Request::Fail { fence, .. }
-            | Request::ClearStageLink { fence }
-            | Request::Renew { fence } => t.held_by(fence),
-            _ => false,
-        });
+        let selected = ctx.view.task(task).zip(a.request.request.fence()).is_some_and(|(t, f)| t.held_by(f));
         let matched = match a.response {
             Response::Valid { valid } => *valid,
             Response::Applied { .. } => selected,

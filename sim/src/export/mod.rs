@@ -645,13 +645,7 @@ impl Builder {
         match f {
             Fact::Arrived { req, request: Request::Exec { txn, stmt, commit }, .. } => {
                 self.txn_reqs.insert(*req, (*txn, *commit, false));
-                let fence = match stmt.as_ref() {
-                    Request::LeaseValid { fence }
-                    | Request::Complete { fence }
-                    | Request::Fail { fence, .. }
-                    | Request::ClearStageLink { fence } => Some(*fence),
-                    _ => None,
-                };
+                let fence = stmt.fence().copied();
                 self.txns.entry(*txn).or_insert(OpenTxn { start_ms: now, fence, statements: 0 });
             }
             Fact::Arrived { req, request: Request::Rollback { txn }, .. } => {
