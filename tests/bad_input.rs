@@ -70,6 +70,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("engine.concurrency = 10001", "engine.concurrency"),
     ("engine.shard_targets = 10001", "engine.shard_targets"),
     ("engine.claim_batch_max = 0", "engine.claim_batch_max"),
+    ("engine.txn_timeout_ms = 0", "engine.txn_timeout_ms"),
     ("engine.idle_poll_ms = 0", "engine.idle_poll_ms"),
     ("engine.idle_poll_ms = 4294967296", "engine.idle_poll_ms"),
     ("engine.long_poll_ms = 4294967296", "engine.long_poll_ms"),
