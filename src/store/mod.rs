@@ -432,7 +432,7 @@ impl Store {
     /// Is this process incarnation dead: superseded by a restart, or silent
     /// for longer than `dead_after_ms` since its last sign of life?
     fn owner_dead(&self, owner: Owner, now_ms: u64) -> bool {
-        let superseded = self.incarnations.get(&owner.proc).is_some_and(|&n| n > owner.incarnation);
+        let superseded = self.superseded(owner);
         let silent = match self.heartbeats.get(&owner) {
             Some(&last) => now_ms.saturating_sub(last) > self.cfg.dead_after_ms,
             None => true,

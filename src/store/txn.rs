@@ -55,6 +55,11 @@ impl Observer for Deferred {
 }
 
 impl Store {
+    /// Has the store seen a newer incarnation of this owner's process?
+    pub(super) fn superseded(&self, owner: Owner) -> bool {
+        self.incarnations.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
+    }
+
     /// The transaction holding a lock on this task row, if any.
     pub(super) fn lock_holder(&self, task: TaskId) -> Option<TxnId> {
         self.txns.iter().find(|(_, t)| t.rows.contains_key(&task)).map(|(id, _)| *id)
@@ -71,7 +76,7 @@ impl Store {
     pub fn blocked_until(&mut self, now_ms: u64, req: &Request) -> Option<u64> {
         self.expire_txns(now_ms);
         if let Request::Exec { txn, .. } = req {
-            let superseded = self.incarnations.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+            let superseded = self.superseded(txn.owner);
             if !self.txns.contains_key(txn) && (self.txn_ended.contains(txn) || superseded) {
                 return None;
             }
@@ -179,7 +184,7 @@ impl Store {
         commit: bool,
         obs: &dyn Observer,
     ) -> Response {
-        let superseded = self.incarnations.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+        let superseded = self.superseded(txn.owner);
         let open = self.txns.contains_key(&txn);
         if !open && !superseded && !self.txn_ended.contains(&txn) {
             let deadline_ms = now_ms + self.cfg.txn_timeout_ms;
@@ -207,7 +212,7 @@ impl Store {
     /// store has not seen yet (its first statement still on the way) ends
     /// it too: that statement is refused when it comes.
     pub(super) fn rollback(&mut self, txn: TxnId) -> Response {
-        let superseded = self.incarnations.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+        let superseded = self.superseded(txn.owner);
         let was_open = self.abort_txn(txn);
         if !superseded {
             self.txn_ended.insert(txn);

@@ -330,10 +330,9 @@ impl Judge<'_> {
     fn released_every_replaced_owner(&self) -> Option<String> {
         let view = &self.ctx.view;
         let left = view.leased.iter().copied().find(|&id| {
-            let replaced = view.task(id).is_some_and(|t| {
-                t.row.lease_expiry_ms.is_none()
-                    && t.row.owner.is_some_and(|o| view.newest.get(&o.proc).is_some_and(|&n| n > o.incarnation))
-            });
+            let replaced = view
+                .task(id)
+                .is_some_and(|t| t.row.lease_expiry_ms.is_none() && t.row.owner.is_some_and(|o| view.superseded(o)));
             replaced && self.c.task(id).is_none() && !view.locked_at(id, self.now)
         })?;
         Some(format!("release-dead left t{left} with its replaced owner ({})", view.task(left)?.holder()))

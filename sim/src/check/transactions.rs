@@ -47,7 +47,7 @@ impl Transactions {
     /// Is `txn` open at `now` by the view (its timeout counted to `now`)?
     fn open_at(ctx: &Ctx, txn: TxnId, now: u64) -> Option<u64> {
         let t = ctx.view.txns.get(&txn)?;
-        let superseded = ctx.view.newest.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+        let superseded = ctx.view.superseded(txn.owner);
         (t.opened_ms + ctx.view.txn_timeout_ms > now && !superseded).then_some(t.opened_ms)
     }
 
@@ -87,7 +87,7 @@ impl Transactions {
         let op = a.request.request.op_name();
         if let Response::Rejected { reason: Rejection::TxnClosed } = a.response {
             let never_opened = !ctx.view.txn_ended.contains(&txn);
-            let superseded = ctx.view.newest.get(&txn.owner.proc).is_some_and(|&n| n > txn.owner.incarnation);
+            let superseded = ctx.view.superseded(txn.owner);
             return match Self::open_at(ctx, txn, now) {
                 Some(opened_ms) => Some(format!(
                     "{op} of {txn} told the transaction is no longer open; it opened at {opened_ms} ms and was"

@@ -324,11 +324,16 @@ impl View {
         self.txns.iter().find(|(id, t)| Some(**id) != except && t.locks.contains(&task)).map(|(id, _)| *id)
     }
 
+    /// Has the store heard from a newer incarnation of this owner's process?
+    pub fn superseded(&self, owner: Owner) -> bool {
+        self.newest.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
+    }
+
     /// Is the task row locked at `now` by a transaction still open then
     /// (not past its timeout, its process not replaced)?
     pub fn locked_at(&self, task: TaskId, now: u64) -> bool {
         self.txns.iter().any(|(id, t)| {
-            let superseded = self.newest.get(&id.owner.proc).is_some_and(|&n| n > id.owner.incarnation);
+            let superseded = self.superseded(id.owner);
             t.locks.contains(&task) && t.opened_ms + self.txn_timeout_ms > now && !superseded
         })
     }
