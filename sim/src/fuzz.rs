@@ -13,6 +13,7 @@ use crate::runner::{self, PlanSource, RunError, RunSpec};
 use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -160,6 +161,11 @@ pub struct Summary {
     /// What a guided campaign did (`fuzz --guided`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guided: Option<crate::guided::GuidedStats>,
+    /// One hash of every run's scenario, seed and trace hash, in campaign
+    /// order: two builds (or machines) that ran the same campaign the same
+    /// way print the same digest, whatever their `--jobs`.
+    #[serde(default)]
+    pub trace_digest: String,
 }
 
 /// What a finished run reports to whoever watches the campaign.
@@ -264,6 +270,8 @@ pub struct Tally {
     early: BTreeMap<u64, (RunSpec, Result<Outcome, RunError>)>,
     failures: u64,
     runs: u64,
+    /// The trace digest of the runs folded so far.
+    digest: crate::history::Fnv64,
 }
 
 impl Tally {
@@ -303,6 +311,8 @@ impl Tally {
             seen.1.extend(o.coverage.iter().cloned());
         }
         summary.seeds += 1;
+        let trace = result.as_ref().map_or("no trace", |o| o.trace_hash.as_str());
+        (spec.scenario.name.as_str(), spec.seed, trace).hash(&mut self.digest);
         if summary.seeds_run.last() != Some(&spec.seed) {
             summary.seeds_run.push(spec.seed);
         }
@@ -335,6 +345,7 @@ impl Tally {
             .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
             .map(|(name, _)| name.to_string())
             .collect();
+        summary.trace_digest = format!("{:016x}", self.digest.finish());
         summary.wall_seconds = started.elapsed().as_secs_f64();
         summary.peak_rss_mib = crate::mem::peak_rss_bytes().map_or(0.0, crate::mem::mib);
         if summary.wall_seconds > 0.0 {

@@ -370,6 +370,7 @@ pub fn print_summary(s: &Summary) {
     println!("fault injections: {}", faults.join(" "));
     let checks: Vec<String> = s.checks.iter().map(|(k, n)| format!("{k}={n}")).collect();
     println!("checks: {}", checks.join(" "));
+    println!("trace digest: {} (same campaign, same runs: same digest)", s.trace_digest);
     if !s.never_evaluated.is_empty() {
         println!("never evaluated (no run gave them anything to judge): {}", s.never_evaluated.join(" "));
     }
