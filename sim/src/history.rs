@@ -63,7 +63,7 @@ pub struct LimitExceeded {
 #[derive(Clone)]
 pub struct Recorder {
     inner: Arc<Mutex<Vec<Record>>>,
-    origin: tokio::time::Instant,
+    time: crate::world::sim_clock::SimTime,
     max_records: usize,
     /// Off only in `bench`'s phase timing: the same world without its
     /// history (nothing the world does reads the history back).
@@ -71,8 +71,8 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(origin: tokio::time::Instant, max_records: usize, enabled: bool) -> Self {
-        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), origin, max_records, enabled }
+    pub fn new(time: crate::world::sim_clock::SimTime, max_records: usize, enabled: bool) -> Self {
+        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), time, max_records, enabled }
     }
 
     /// Whether anything is recorded (the tap skips its reads when not).
@@ -81,7 +81,7 @@ impl Recorder {
     }
 
     pub fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
+        self.time.now_ms()
     }
 
     pub fn world(&self, event: WorldEvent) {

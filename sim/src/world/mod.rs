@@ -10,6 +10,7 @@ mod controller;
 mod handler;
 mod injector;
 pub mod net;
+pub mod sim_clock;
 mod store_node;
 pub mod tap;
 pub mod variant;
@@ -26,7 +27,6 @@ use crate::truth::{ClientAnswer, ClientCall, Fact, Sender};
 use controller::Controller;
 use injector::Injector;
 use leasesim::client::Client;
-use leasesim::clock::TokioClock;
 use leasesim::config::EngineConfig;
 use leasesim::event::Observer;
 use leasesim::ids::Owner;
@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
+use sim_clock::{SimClock, SimTime};
 
 /// Worlds alive in this process: built by `run` and not yet dropped. A
 /// world that outlives its run (a reference cycle through the runtime, a
@@ -121,8 +122,8 @@ pub enum Sabotage {
 pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let scenario = spec.scenario.clone();
     let handle = Handle::current();
-    let origin = tokio::time::Instant::now();
-    let rec = Recorder::new(origin, spec.max_records, spec.record);
+    let origin = SimTime::start();
+    let rec = Recorder::new(origin.clone(), spec.max_records, spec.record);
     let mut obs: Arc<dyn Observer> = Arc::new(rec.clone());
     if let Some(VariantRef(variant)) = &spec.variant {
         obs = Arc::new(variant::Filtered { inner: obs, variant: variant.clone() });
@@ -132,7 +133,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     let engine = spec.engine();
     let variant = spec.variant.as_ref().map(|v| v.0.clone());
 
-    let server = Arc::new(StoreServer::new(engine.clone(), Arc::new(TokioClock::new(origin, 0)), obs.clone()));
+    let server = Arc::new(StoreServer::new(engine.clone(), Arc::new(SimClock::new(origin.clone(), 0)), obs.clone()));
     let store = Arc::new(StoreNode {
         server: server.clone(),
         faults: faults.clone(),
@@ -170,7 +171,7 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
             faults.inject(FaultKind::ClockOffset, format!("p{proc} clock offset {offset_ms} ms"));
             rec.world(WorldEvent::ClockOffset { proc, offset_ms });
         }
-        let worker = WorkerSpec { scenario: &scenario, engine: &engine, seed, proc, origin, offset_ms };
+        let worker = WorkerSpec { scenario: &scenario, engine: &engine, seed, proc, origin: origin.clone(), offset_ms };
         spawn_worker(&handle, worker, &rec, &obs, &faults, &control, &variant);
     }
 
@@ -304,7 +305,7 @@ struct WorkerSpec<'a> {
     engine: &'a EngineConfig,
     seed: u64,
     proc: u32,
-    origin: tokio::time::Instant,
+    origin: SimTime,
     offset_ms: i64,
 }
 
@@ -330,6 +331,7 @@ fn spawn_worker(
         .init(move || {
             let (engine, rec, obs, peers, variant) =
                 (engine.clone(), rec.clone(), obs.clone(), peers.clone(), variant.clone());
+            let origin = origin.clone();
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let owner = Owner { proc, incarnation };
             let handler = SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner);
@@ -345,7 +347,7 @@ fn spawn_worker(
                 .await
                 .expect("worker binds its address")
                 .with_variant(variant);
-                let clock = Arc::new(TokioClock::new(origin, offset_ms));
+                let clock = Arc::new(SimClock::new(origin, offset_ms));
                 Worker::new(engine, owner, transport, handler, clock, obs).run().await;
             }
         })
