@@ -25,9 +25,33 @@ pub struct Point {
     pub about: &'static str,
 }
 
+/// A coverage point as the checkers name it: its place in [`POINTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointId(u8);
+
+impl PointId {
+    pub fn name(self) -> &'static str {
+        POINTS[self.0 as usize].name
+    }
+
+    /// This point's bit in a run's set of reached points.
+    fn bit(self) -> u64 {
+        1 << self.0
+    }
+}
+
+impl std::fmt::Display for PointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 macro_rules! points {
     ($($id:ident = $name:literal: $about:literal;)+) => {
-        $(pub const $id: &str = $name;)+
+        /// Listing order: each point's place in `POINTS`.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        enum Place { $($id),+ }
+        $(pub const $id: PointId = PointId(Place::$id as u8);)+
         /// Every coverage point, in listing order.
         pub const POINTS: &[Point] = &[$(Point { name: $name, about: $about }),+];
     };
@@ -88,7 +112,9 @@ pub fn known(name: &str) -> bool {
 
 #[derive(Default)]
 pub struct Coverage {
-    reached: BTreeSet<&'static str>,
+    /// The points reached so far, one bit each (a set of names was most of
+    /// coverage's cost: every record asks about several points).
+    reached: u64,
     /// Per sender: the latest arrival among its requests already handed over.
     handed_arrival: BTreeMap<Sender, u64>,
     /// Expiries already looked at, and finalizations already looked at.
@@ -103,8 +129,9 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    pub fn reached(&self) -> &BTreeSet<&'static str> {
-        &self.reached
+    /// The names of the points reached.
+    pub fn reached(&self) -> BTreeSet<&'static str> {
+        POINTS.iter().enumerate().filter(|(i, _)| self.reached & (1 << i) != 0).map(|(_, p)| p.name).collect()
     }
 
     /// Transactions that span round trips: closed under their client,
@@ -127,7 +154,7 @@ impl Coverage {
                 ctx.view.task(f.task).is_some_and(|t| t.held_by(f))
                     && ctx.view.lock_holder(f.task, request.txn()).is_some()
             };
-            if fence.is_some_and(waits) {
+            if self.open(LOCK_WAIT) && fence.is_some_and(waits) {
                 self.hit(LOCK_WAIT);
             }
         }
@@ -137,13 +164,13 @@ impl Coverage {
         let expired = |t: &leasesim::ids::TaskId| {
             ctx.view.task(*t).is_some_and(|t| t.row.lease_expiry_ms.is_some_and(|e| e <= now))
         };
-        if ctx.view.txns.values().any(|t| t.locks.iter().any(expired)) {
+        if self.open(EXPIRED_LOCKED) && ctx.view.txns.values().any(|t| t.locks.iter().any(expired)) {
             self.hit(EXPIRED_LOCKED);
         }
     }
 
-    fn hit(&mut self, point: &'static str) {
-        self.reached.insert(point);
+    fn hit(&mut self, point: PointId) {
+        self.reached |= point.bit();
     }
 
     pub fn on_record(&mut self, rec: &Record, ctx: &Ctx) {
@@ -161,9 +188,36 @@ impl Coverage {
     }
 
     /// Situations that hold at a moment rather than at one record.
+    ///
+    /// These look at the whole view at every record, so each is looked for
+    /// only until the run reaches it (a run reports each point once).
     fn moments(&mut self, now: u64, ctx: &Ctx) {
         let v = &ctx.view;
         let cfg = &ctx.scenario.engine;
+        if self.open(LEASE_EXPIRED_RUNNING) {
+            self.expired_running(now, ctx);
+        }
+        if self.open(FINALIZE_DEADLINE) || self.open(FULL_WITH_DUE) {
+            self.owner_moments(now, ctx);
+        }
+        let overdue = self.open(MAINTENANCE_OVERDUE)
+            && v.requests.values().any(|r| {
+                matches!(r.request, Request::Maintain { .. })
+                    && r.answer.is_none()
+                    && now >= r.arrived_ms + cfg.maintenance_interval_ms
+            });
+        if overdue {
+            self.hit(MAINTENANCE_OVERDUE);
+        }
+    }
+
+    /// Has the run not reached `point` yet?
+    fn open(&self, point: PointId) -> bool {
+        self.reached & point.bit() == 0
+    }
+
+    fn expired_running(&mut self, now: u64, ctx: &Ctx) {
+        let v = &ctx.view;
         for id in &v.leased {
             let Some(t) = v.task(*id) else { continue };
             let (Some(expiry), Some(owner)) = (t.row.lease_expiry_ms, t.row.owner) else { continue };
@@ -174,26 +228,23 @@ impl Coverage {
                 self.hit(LEASE_EXPIRED_RUNNING);
             }
         }
+    }
+
+    fn owner_moments(&mut self, now: u64, ctx: &Ctx) {
+        let v = &ctx.view;
+        let cfg = &ctx.scenario.engine;
         for (owner, o) in &v.owners {
             for (fence, ended) in &o.finalizing {
                 if now >= ended + cfg.finalize_deadline_ms && self.finalizations.insert(*fence) {
                     self.hit(FINALIZE_DEADLINE);
                 }
             }
-            if o.alive() && v.busy(*owner, now) >= v.concurrency() {
+            if self.open(FULL_WITH_DUE) && o.alive() && v.busy(*owner, now) >= v.concurrency() {
                 let due = v.ready.iter().filter_map(|id| v.task(*id)).any(|t| t.row.retry_at_ms <= now);
                 if due {
                     self.hit(FULL_WITH_DUE);
                 }
             }
-        }
-        let overdue = v.requests.values().any(|r| {
-            matches!(r.request, Request::Maintain { .. })
-                && r.answer.is_none()
-                && now >= r.arrived_ms + cfg.maintenance_interval_ms
-        });
-        if overdue {
-            self.hit(MAINTENANCE_OVERDUE);
         }
     }
 
@@ -498,5 +549,6 @@ mod tests {
             assert!(!p.about.is_empty(), "{} has no description", p.name);
         }
         assert!(POINTS.len() >= 25, "only {} coverage points", POINTS.len());
+        assert!(POINTS.len() <= 64, "a run's reached points are one bit each in a u64");
     }
 }

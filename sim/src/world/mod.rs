@@ -35,12 +35,12 @@ use leasesim::task::{TaskKind, TaskState};
 use leasesim::worker::Worker;
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
+use sim_clock::{SimClock, SimTime};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
-use sim_clock::{SimClock, SimTime};
 
 /// Worlds alive in this process: built by `run` and not yet dropped. A
 /// world that outlives its run (a reference cycle through the runtime, a
