@@ -42,7 +42,7 @@ impl ClaimProgress {
     fn note_fullness(&mut self, now: u64, ctx: &Ctx) {
         let concurrency = ctx.view.concurrency();
         for (owner, o) in &ctx.view.owners {
-            if o.alive() && ctx.view.busy(*owner, now) >= concurrency {
+            if o.alive() && ctx.view.busy_of(o, now) >= concurrency {
                 self.last_full.insert(*owner, now);
             }
         }

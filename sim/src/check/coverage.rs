@@ -233,13 +233,13 @@ impl Coverage {
     fn owner_moments(&mut self, now: u64, ctx: &Ctx) {
         let v = &ctx.view;
         let cfg = &ctx.scenario.engine;
-        for (owner, o) in &v.owners {
+        for o in v.owners.values() {
             for (fence, ended) in &o.finalizing {
                 if now >= ended + cfg.finalize_deadline_ms && self.finalizations.insert(*fence) {
                     self.hit(FINALIZE_DEADLINE);
                 }
             }
-            if self.open(FULL_WITH_DUE) && o.alive() && v.busy(*owner, now) >= v.concurrency() {
+            if self.open(FULL_WITH_DUE) && o.alive() && v.busy_of(o, now) >= v.concurrency() {
                 let due = v.ready.iter().filter_map(|id| v.task(*id)).any(|t| t.row.retry_at_ms <= now);
                 if due {
                     self.hit(FULL_WITH_DUE);

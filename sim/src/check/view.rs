@@ -295,7 +295,12 @@ impl View {
     /// Slots of `owner` in use at `now`: bodies running, and attempts whose
     /// outcome is still being recorded (at most the finalization deadline).
     pub fn busy(&self, owner: Owner, now: u64) -> u32 {
-        let Some(o) = self.owners.get(&owner) else { return 0 };
+        self.owners.get(&owner).map_or(0, |o| self.busy_of(o, now))
+    }
+
+    /// `busy` for an owner already at hand (checkers that walk every owner
+    /// at every record ask this often).
+    pub fn busy_of(&self, o: &OwnerView, now: u64) -> u32 {
         let finalizing = o.finalizing.values().filter(|&&ended| now < ended + self.finalize_deadline_ms).count();
         (o.bodies.len() + finalizing) as u32
     }

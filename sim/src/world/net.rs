@@ -145,18 +145,22 @@ pub async fn serve_store(ep: Endpoint, store: Arc<StoreNode>) {
         let (tag, sender, req) = *payload.downcast::<Envelope>().expect("a request carries an Envelope");
         if let Some(after_ms) = store.duplicate_after_ms(&req) {
             let (store, req) = (store.clone(), req.clone());
-            tokio::spawn(async move {
+            tokio::spawn(Box::pin(async move {
                 tokio::time::sleep(std::time::Duration::from_millis(after_ms)).await;
                 store.handle(sender, req, true).await;
-            });
+            }));
         }
-        let ep = ep.clone();
-        let store = store.clone();
-        tokio::spawn(async move {
-            // `None`: the answer is never sent (the store seam dropped it).
-            if let Some(resp) = store.handle(sender, req, false).await {
-                let _ = ep.send_to_raw(from, tag, Box::new(resp)).await;
-            }
-        });
+        // Boxed: serving a request is a large future (every store fault's
+        // state), and a spawn moves its future several times on the way
+        // into its task; a box is moved instead.
+        tokio::spawn(Box::pin(answer(ep.clone(), store.clone(), from, tag, sender, req)));
+    }
+}
+
+/// Serves one request and sends its answer back under `tag`.
+async fn answer(ep: Arc<Endpoint>, store: Arc<StoreNode>, to: SocketAddr, tag: u64, sender: Sender, req: Request) {
+    // `None`: the answer is never sent (the store seam dropped it).
+    if let Some(resp) = store.handle(sender, req, false).await {
+        let _ = ep.send_to_raw(to, tag, Box::new(resp)).await;
     }
 }
