@@ -205,14 +205,14 @@ fn check_value(edits: &str, field: Option<&str>, dir: &std::path::Path) {
 
 #[test]
 fn values_that_describe_no_real_world_are_refused() {
-    let dir = std::env::temp_dir().join(format!("leasesim-bad-values-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = common::Scratch::new("bad-values");
+    let dir = scratch.path();
     scenario::parse(&edited("topology.workers = 3")).expect("the edited swarm scenario still parses");
     for (edits, field) in REFUSED {
-        check_value(edits, Some(field), &dir);
+        check_value(edits, Some(field), dir);
     }
     for edits in ACCEPTED {
-        check_value(edits, None, &dir);
+        check_value(edits, None, dir);
     }
 }
 
@@ -227,9 +227,8 @@ fn leasesim(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn cli_bad_input_exits_2_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("leasesim-bad-input-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let bad = dir.join("bad.toml");
+    let scratch = common::Scratch::new("bad-input");
+    let bad = scratch.path().join("bad.toml");
     std::fs::write(&bad, swarm_text().replace("workers = 3", "workerz = 3")).expect("write bad scenario");
     let bad = bad.to_str().expect("utf-8 path").to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![

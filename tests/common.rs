@@ -21,3 +21,26 @@ pub fn spec(name: &str, seed: u64) -> RunSpec {
 pub fn hash_of(name: &str, seed: u64) -> String {
     runner::run_seed(&spec(name, seed), runner::DEFAULT_WATCHDOG).expect("the seed runs").trace_hash
 }
+
+/// A scratch directory of this test process, created empty and removed when
+/// dropped (a failing test's too: its panic unwinds through the drop).
+pub struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("leasesim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the scratch directory");
+        Scratch(dir)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
