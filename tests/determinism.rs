@@ -50,3 +50,17 @@ fn different_seeds_give_different_hashes() {
         assert_eq!(hashes.len(), 10, "{name}: seeds 1..=10 collide");
     }
 }
+
+#[test]
+fn a_campaign_has_one_trace_digest_whatever_its_jobs() {
+    use leasesim_sim::Simulation;
+    let digest = |seeds: std::ops::RangeInclusive<u64>, jobs: usize| {
+        let report = Simulation::scenario("swarm").seeds(seeds).jobs(jobs).run();
+        assert!(report.passed(), "{:?}", report.summary.failures);
+        report.summary.trace_digest
+    };
+    let one_job = digest(1..=6, 1);
+    assert_eq!(one_job.len(), 16, "a digest is 16 hex digits: {one_job}");
+    assert_eq!(one_job, digest(1..=6, 2), "the digest depends on the number of jobs");
+    assert_ne!(one_job, digest(2..=7, 1), "different runs, same digest");
+}

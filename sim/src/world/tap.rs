@@ -172,16 +172,17 @@ fn sync_tasks(mirror: &mut TaskRows, store: &Store, rows: Rows, out: &mut Vec<Ta
                 mirror.record(task, out);
             }
         }
-        Rows::All => sync_all_tasks(mirror, store, out),
+        Rows::All => sync_all_tasks(mirror, store.tasks(), out),
     }
 }
 
-/// Every task row against the mirror, walking both in id order side by side.
-fn sync_all_tasks(mirror: &mut TaskRows, store: &Store, out: &mut Vec<TaskChange>) {
+/// Every task row (`store`, in id order) against the mirror, walking both
+/// side by side.
+fn sync_all_tasks<'a>(mirror: &mut TaskRows, store: impl Iterator<Item = &'a Task>, out: &mut Vec<TaskChange>) {
     let rows = &mut mirror.0;
     let mut i = 0;
     let mut unknown = Vec::new();
-    for task in store.tasks() {
+    for task in store {
         // Rows the store no longer has stay in the mirror.
         while i < rows.len() && rows[i].id < task.id {
             i += 1;
@@ -226,5 +227,71 @@ fn sync_stages(mirror: &mut BTreeMap<StageRef, StageRow>, store: &Store, rows: S
                 one(*stage, row);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasesim::task::{TaskKind, TaskSpec, TaskState};
+
+    fn row(id: TaskId, attempt: u32) -> Task {
+        Task {
+            id,
+            spec: TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0 },
+            state: TaskState::Ready,
+            owner: None,
+            attempt,
+            lease_expiry_ms: None,
+            retries: 0,
+            retry_at_ms: 0,
+            updated_ms: 0,
+            repair_count: 0,
+        }
+    }
+
+    fn ids_and_attempts(changes: &[TaskChange]) -> Vec<(TaskId, Option<u32>, u32)> {
+        changes.iter().map(|c| (c.after.id, c.before.as_ref().map(|b| b.attempt), c.after.attempt)).collect()
+    }
+
+    /// One whole-table sync against a mirror holding `mirror`: the changes it
+    /// reports and the mirror's rows after it.
+    fn sync_all(mirror: Vec<Task>, store: &[Task]) -> (Vec<(TaskId, Option<u32>, u32)>, Vec<(TaskId, u32)>) {
+        let mut rows = TaskRows(mirror);
+        let mut out = Vec::new();
+        sync_all_tasks(&mut rows, store.iter(), &mut out);
+        (ids_and_attempts(&out), rows.0.iter().map(|t| (t.id, t.attempt)).collect())
+    }
+
+    #[test]
+    fn a_whole_table_sync_reports_changed_and_new_rows_in_store_order() {
+        let mirror = vec![row(1, 0), row(3, 0), row(5, 0)];
+        let store = [row(1, 1), row(2, 0), row(3, 0), row(4, 2), row(5, 0), row(6, 0)];
+        let (changes, after) = sync_all(mirror, &store);
+        assert_eq!(changes, vec![(1, Some(0), 1), (2, None, 0), (4, None, 2), (6, None, 0)]);
+        assert_eq!(after, vec![(1, 1), (2, 0), (3, 0), (4, 2), (5, 0), (6, 0)]);
+    }
+
+    #[test]
+    fn a_row_the_store_lost_stays_in_the_mirror_and_nothing_else_moves() {
+        let mirror = vec![row(1, 0), row(2, 0), row(3, 0)];
+        let (changes, after) = sync_all(mirror, &[row(1, 0), row(3, 1)]);
+        assert_eq!(changes, vec![(3, Some(0), 1)]);
+        assert_eq!(after, vec![(1, 0), (2, 0), (3, 1)]);
+        let (changes, after) = sync_all(vec![row(1, 0), row(2, 0)], &[row(1, 0), row(2, 0)]);
+        assert_eq!(changes, vec![]);
+        assert_eq!(after, vec![(1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn one_row_syncs_keep_the_mirror_sorted() {
+        let mut rows = TaskRows::default();
+        let mut out = Vec::new();
+        for (id, attempt) in [(4, 0), (2, 0), (4, 1), (9, 0), (2, 0)] {
+            rows.record(&row(id, attempt), &mut out);
+        }
+        assert_eq!(ids_and_attempts(&out), vec![(4, None, 0), (2, None, 0), (4, Some(0), 1), (9, None, 0)]);
+        assert_eq!(rows.0.iter().map(|t| t.id).collect::<Vec<_>>(), vec![2, 4, 9]);
+        assert_eq!(rows.next_id(), 10);
     }
 }
