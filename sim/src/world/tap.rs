@@ -250,13 +250,16 @@ mod tests {
         }
     }
 
-    fn ids_and_attempts(changes: &[TaskChange]) -> Vec<(TaskId, Option<u32>, u32)> {
+    /// A change as (task, attempt before, attempt after).
+    type Change = (TaskId, Option<u32>, u32);
+
+    fn ids_and_attempts(changes: &[TaskChange]) -> Vec<Change> {
         changes.iter().map(|c| (c.after.id, c.before.as_ref().map(|b| b.attempt), c.after.attempt)).collect()
     }
 
     /// One whole-table sync against a mirror holding `mirror`: the changes it
     /// reports and the mirror's rows after it.
-    fn sync_all(mirror: Vec<Task>, store: &[Task]) -> (Vec<(TaskId, Option<u32>, u32)>, Vec<(TaskId, u32)>) {
+    fn sync_all(mirror: Vec<Task>, store: &[Task]) -> (Vec<Change>, Vec<(TaskId, u32)>) {
         let mut rows = TaskRows(mirror);
         let mut out = Vec::new();
         sync_all_tasks(&mut rows, store.iter(), &mut out);
