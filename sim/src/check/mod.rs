@@ -44,7 +44,7 @@ mod transactions;
 pub mod view;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 use crate::history::{Entry, Record};
 use crate::scenario::Scenario;

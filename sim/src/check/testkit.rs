@@ -637,7 +637,8 @@ impl H {
     }
 }
 
-fn new_row(id: TaskId, now: u64) -> Task {
+/// A ready job row, as an enqueue at `now` writes it.
+pub(crate) fn new_row(id: TaskId, now: u64) -> Task {
     Task {
         id,
         spec: TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0 },

@@ -233,21 +233,9 @@ fn sync_stages(mirror: &mut BTreeMap<StageRef, StageRow>, store: &Store, rows: S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasesim::task::{TaskKind, TaskSpec, TaskState};
 
     fn row(id: TaskId, attempt: u32) -> Task {
-        Task {
-            id,
-            spec: TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0 },
-            state: TaskState::Ready,
-            owner: None,
-            attempt,
-            lease_expiry_ms: None,
-            retries: 0,
-            retry_at_ms: 0,
-            updated_ms: 0,
-            repair_count: 0,
-        }
+        Task { attempt, ..crate::check::testkit::new_row(id, 0) }
     }
 
     /// A change as (task, attempt before, attempt after).
