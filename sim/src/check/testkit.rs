@@ -610,27 +610,22 @@ impl H {
         self.fact(Fact::NoteSent { from, note: PeerNote { task, retries, retry_at_ms, from } })
     }
 
-    /// An attempt of `task` on `owner` from `at` on whose body fails after
-    /// 100 ms; its outcome is not recorded yet.
-    pub fn attempt_ok_until_body(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
+    /// An attempt of `task` on `owner` from `at` on: grant (the promised
+    /// lease), permit, and a body that ends after 100 ms (`ok` or failed);
+    /// its outcome is not recorded yet.
+    pub fn attempt_body(self, at: u64, task: TaskId, attempt: u32, owner: Owner, ok: bool) -> Self {
         self.at(at)
             .grant(task, attempt, owner)
             .permit(owner, task, attempt)
             .started(task, attempt, owner)
             .at(at + 100)
-            .finished(task, attempt, owner, false)
+            .finished(task, attempt, owner, ok)
     }
 
-    /// One whole successful attempt of `task` on `owner`, from `at` on:
-    /// grant (the promised lease), permit, body for 100 ms, complete,
-    /// callback, permit back.
+    /// One whole successful attempt of `task` on `owner`, from `at` on: its
+    /// body (`attempt_body`), complete, callback, permit back.
     pub fn attempt_ok(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.at(at)
-            .grant(task, attempt, owner)
-            .permit(owner, task, attempt)
-            .started(task, attempt, owner)
-            .at(at + 100)
-            .finished(task, attempt, owner, true)
+        self.attempt_body(at, task, attempt, owner, true)
             .completed(task, attempt, owner)
             .callback(task, attempt, owner)
             .unpermit(owner, task, attempt)
@@ -711,7 +706,7 @@ fn every_checker_evaluates_a_plain_history() {
         // t5 fails in one transaction: a lease check that locks the row,
         // then the failure, sent with COMMIT.
         .created(5, TaskKind::Job)
-        .attempt_ok_until_body(6_600, 5, 1, p1)
+        .attempt_body(6_600, 5, 1, p1, false)
         .in_txn(p1, 1, false)
         .lease_checked(5, 1, p1, true)
         .at(6_800)
