@@ -13,15 +13,15 @@
 //! Set `LEASESIM_DUMP=1` to print every run's history (one JSON record a line).
 
 use leasesim::defects::{Defect, Defects};
-use leasesim::event::{Event, ReleaseCause, WriteKind};
-use leasesim::ids::{Fence, IndexId, Owner, ProcId, TaskId};
-use leasesim::proto::Rejection;
-use leasesim::task::TaskKind;
 use leasesim_sim::check::Violation;
 use leasesim_sim::faults::{FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
 use leasesim_sim::history::{Entry, Record, WorldEvent};
 use leasesim_sim::runner::{self, PlanSource, RunSpec};
 use leasesim_sim::scenario::{self, Scenario};
+use leasesim_vocab::ids::{Fence, IndexId, Owner, ProcId, TaskId};
+use leasesim_vocab::op::Refusal;
+use leasesim_vocab::task::TaskKind;
+use leasesim_vocab::testimony::{Event, ReleaseCause, WriteKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -235,7 +235,7 @@ impl Run {
         self.applied(task).into_iter().filter(|(_, (_, w, ..))| *w == kind).map(|(at, (f, ..))| (at, f)).collect()
     }
 
-    fn rejected(&self, task: TaskId) -> Vec<At<(Fence, WriteKind, Rejection)>> {
+    fn rejected(&self, task: TaskId) -> Vec<At<(Fence, WriteKind, Refusal)>> {
         self.events()
             .filter_map(|(at, e)| match e {
                 Event::WriteRejected { fence, write, reason } if fence.task == task => {
@@ -697,7 +697,7 @@ fn b1_fixed(run: &Run) {
     let stale: Vec<_> = rejected.iter().filter(|(_, (f, ..))| *f == a1).collect();
     assert_eq!(stale.len(), 1, "{run}: writes of attempt 1 rejected\n{}", trace());
     let (at, (_, write, reason)) = *stale[0];
-    assert_eq!((write, reason), (WriteKind::Complete, Rejection::Superseded), "{run}\n{}", trace());
+    assert_eq!((write, reason), (WriteKind::Complete, Refusal::Superseded), "{run}\n{}", trace());
     assert!(at >= resumed && at < completed, "{run}: stale completion at {at} ms\n{}", trace());
     // One callback, for attempt 2.
     assert_eq!(run.callbacks(job).into_iter().map(|(_, f)| f).collect::<Vec<_>>(), vec![a2], "{run}\n{}", trace());
@@ -713,7 +713,7 @@ fn b1_broken(run: &Run) {
     assert!(completions[0].0 >= resumed, "{run}\n{}", trace());
     assert_eq!(run.callbacks(job).into_iter().map(|(_, f)| f).collect::<Vec<_>>(), vec![a1], "{run}\n{}", trace());
     let refused: Vec<_> = run.rejected(job).into_iter().map(|(_, w)| w).collect();
-    assert_eq!(refused, vec![(a2, WriteKind::Complete, Rejection::Terminal)], "{run}\n{}", trace());
+    assert_eq!(refused, vec![(a2, WriteKind::Complete, Refusal::Terminal)], "{run}\n{}", trace());
     assert_eq!(run.violating_tasks("fenced-completion"), BTreeSet::from([job]), "{run}: {:#?}", run.violations);
 }
 
@@ -965,7 +965,7 @@ fn e2e36_broken(run: &Run) {
     let ages: Vec<u64> = run
         .events()
         .filter_map(|(_, e)| match e {
-            Event::MaintenanceStillRunning { kind: leasesim::config::MaintenanceKind::Index, age_ms, .. } => {
+            Event::MaintenanceStillRunning { kind: leasesim_vocab::task::MaintenanceKind::Index, age_ms, .. } => {
                 Some(*age_ms)
             }
             _ => None,

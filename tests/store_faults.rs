@@ -12,11 +12,11 @@
 mod common;
 
 use common::spec;
-use leasesim::proto::{Request, Response};
 use leasesim_sim::faults::{FaultEvent, FaultKind, FaultPlan};
 use leasesim_sim::history::{Entry, Record};
 use leasesim_sim::runner::{self, PlanSource};
 use leasesim_sim::truth::{Fact, Reply};
+use leasesim_vocab::op::{Op, Response};
 use std::collections::{BTreeMap, BTreeSet};
 
 const SCENARIO: &str = "swarm";
@@ -98,7 +98,7 @@ fn a_duplicated_request_is_applied_again_and_answers_nobody() {
                 if duplicates.contains_key(req) {
                     assert_eq!(*reply, Reply::Lost, "the answer to duplicate {req} went somewhere");
                 }
-                if let (Some(Request::Enqueue { key: Some(key), .. }), Response::Enqueued { task }) =
+                if let (Some(Op::Enqueue { key: Some(key), .. }), Response::Enqueued { task }) =
                     (requests.get(req), response)
                 {
                     enqueues_by_key.entry(*key).or_default().insert(*task);

@@ -10,7 +10,6 @@ compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); i
 pub mod api;
 pub mod bench;
 pub mod bench_suite;
-pub mod check;
 pub mod cli;
 pub mod corpus;
 pub mod export;
@@ -24,7 +23,10 @@ pub mod outcome;
 pub mod runner;
 pub mod scenario;
 pub mod shrink;
-pub mod truth;
 pub mod world;
 
 pub use api::{Report, Simulation};
+/// The checkers, which judge records alone (their own crate).
+pub use leasesim_check as check;
+/// Ground truth, in the vocabulary every engine is described in.
+pub use leasesim_vocab::truth;

@@ -4,9 +4,9 @@ use crate::check::Violation;
 use crate::faults::{FaultEvent, FaultKind};
 use crate::history::{Entry, Record, WorldEvent};
 use crate::world::WorldResult;
-use leasesim::event::Event;
-use leasesim::ids::Owner;
-use leasesim::task::TaskState;
+use leasesim_vocab::ids::Owner;
+use leasesim_vocab::task::TaskState;
+use leasesim_vocab::testimony::Event;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

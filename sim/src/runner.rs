@@ -218,7 +218,7 @@ pub fn run_seed(spec: &RunSpec, watchdog: Duration) -> Result<Outcome, RunError>
 
 /// Checks a world result against every invariant and builds the outcome.
 pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
-    let report = check::check(&spec.scenario, &result.history);
+    let report = check::check(&spec.scenario.judge_spec(), &result.history);
     let plan = spec.fault_plan();
     Outcome {
         scenario: spec.scenario.name.clone(),
@@ -229,7 +229,8 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
         sim_seconds: result.end_ms as f64 / 1000.0,
         violations: report.violations,
         tasks: task_counts(result),
-        leftover_leases: result.tasks.values().filter(|(_, s)| *s == leasesim::task::TaskState::Leased).count() as u64,
+        leftover_leases: result.tasks.values().filter(|(_, s)| *s == leasesim_vocab::task::TaskState::Leased).count()
+            as u64,
         leftover_permits: leftover_permits(&result.history),
         checks: report.checks,
         coverage: report.coverage.into_iter().collect(),

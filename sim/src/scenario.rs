@@ -6,7 +6,8 @@
 
 use crate::faults::FaultKind;
 use leasesim::config::{EngineConfig, Range};
-use leasesim::task::TaskKind;
+pub use leasesim_vocab::promise::{Bounds, Phases};
+use leasesim_vocab::task::TaskKind;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,18 @@ pub struct Scenario {
     pub faults: FaultLimits,
     #[serde(default, skip_serializing_if = "CoverageSpec::is_empty")]
     pub coverage: CoverageSpec,
+}
+
+impl Scenario {
+    /// What the checkers hold a run of this scenario to.
+    pub fn judge_spec(&self) -> crate::check::Spec {
+        crate::check::Spec {
+            promises: crate::world::builtin::promises(&self.engine),
+            caps: leasesim_vocab::promise::Capabilities::ALL,
+            phases: self.phases.clone(),
+            bounds: self.bounds.clone(),
+        }
+    }
 }
 
 /// The coverage points a campaign on this scenario must reach.
@@ -136,7 +149,7 @@ pub struct Workload {
     /// instead: between `long_work_min_ms` and `long_work_max_ms` (long
     /// enough to outlive a lease that is not renewed).
     pub long_work_rate: f64,
-    pub long_work_kinds: Vec<leasesim::task::TaskKind>,
+    pub long_work_kinds: Vec<TaskKind>,
     pub long_work_min_ms: u64,
     pub long_work_max_ms: u64,
     /// Work enqueued after the heal, once the world has settled: index builds
@@ -153,7 +166,7 @@ pub struct Workload {
 #[serde(deny_unknown_fields)]
 pub struct Scripted {
     pub at_ms: u64,
-    pub kind: leasesim::task::TaskKind,
+    pub kind: TaskKind,
     /// The workflow run or pipeline the task belongs to.
     #[serde(default)]
     pub group: Option<u64>,
@@ -194,43 +207,6 @@ impl Default for Workload {
             after_heal_jobs: 0,
         }
     }
-}
-
-/// A run is a fault phase, then a heal (faults stop, paused processes resume,
-/// dead ones restart), then a liveness phase in which the world must converge.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Phases {
-    pub fault_phase_ms: u64,
-    pub heal_phase_ms: u64,
-}
-
-impl Phases {
-    pub fn duration_ms(&self) -> u64 {
-        self.fault_phase_ms + self.heal_phase_ms
-    }
-}
-
-/// Liveness bounds. Each is measured in simulated time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Bounds {
-    /// A due task is claimed within this while some live worker has a free permit.
-    pub claim_bound_ms: u64,
-    /// An expired lease is reclaimed within this after it expires.
-    pub recovery_bound_ms: u64,
-    /// Extra time allowed, on top of the finalization deadline, between the end of
-    /// an attempt's execution and the release of its permit.
-    pub permit_release_slack_ms: u64,
-    /// After heal, every index build enqueued before heal is materialized within this.
-    pub materialize_bound_ms: u64,
-    /// After heal, every task is terminal within this.
-    pub completion_bound_ms: u64,
-    /// An index build enqueued this long after the heal, or later, must answer
-    /// "materialized" to its query (issued `query_after_ms` after the enqueue,
-    /// waiting `query_lag_timeout_ms`). Unset: not judged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fresh_index_after_heal_ms: Option<u64>,
 }
 
 /// Where a scenario came from, for error messages.
@@ -421,8 +397,8 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
         }
     }
-    let builds = w.index_builds + w.after_heal_index_builds > 0
-        || w.script.iter().any(|s| s.kind == leasesim::task::TaskKind::IndexBuild);
+    let builds =
+        w.index_builds + w.after_heal_index_builds > 0 || w.script.iter().any(|s| s.kind == TaskKind::IndexBuild);
     if builds && !s.engine.maintenance.contains(&leasesim::config::MaintenanceKind::Index) {
         return Err("engine.maintenance: index builds need an \"index\" finalization pass to materialize".into());
     }

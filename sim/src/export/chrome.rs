@@ -13,8 +13,8 @@
 use super::{timeline, Cut, MarkKind, Span, SpanKind, Timeline};
 use crate::check::Violation;
 use crate::history::Record;
-use leasesim::config::MaintenanceKind;
-use leasesim::ids::ProcId;
+use leasesim_vocab::ids::ProcId;
+use leasesim_vocab::task::MaintenanceKind;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 

@@ -15,12 +15,12 @@ pub use svg::svg_timeline;
 use crate::check::Violation;
 use crate::history::{Entry, Record, WorldEvent};
 use crate::truth::Fact;
-use leasesim::config::MaintenanceKind;
-use leasesim::event::{Event, WriteKind};
-use leasesim::handler::TaskError;
-use leasesim::ids::{Fence, GroupId, IndexId, Owner, ProcId, TaskId, TxnId};
-use leasesim::proto::{Rejection, Request, Response};
-use leasesim::task::TaskKind;
+use leasesim_vocab::ids::{Fence, GroupId, IndexId, Owner, ProcId, TaskId, TxnId};
+use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::task::MaintenanceKind;
+use leasesim_vocab::task::TaskError;
+use leasesim_vocab::task::TaskKind;
+use leasesim_vocab::testimony::{Event, WriteKind};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -609,7 +609,7 @@ impl Builder {
         }
     }
 
-    fn write_rejected(&mut self, now: u64, fence: Fence, write: WriteKind, reason: &Rejection) {
+    fn write_rejected(&mut self, now: u64, fence: Fence, write: WriteKind, reason: &Refusal) {
         let outcome = matches!(write, WriteKind::Complete | WriteKind::Fail);
         let (write, reason) = (wire_name(&write), wire_name(reason));
         if outcome {
@@ -643,19 +643,19 @@ impl Builder {
     /// of transactions that span round trips, and how each transaction ended.
     fn fact(&mut self, now: u64, f: &Fact) {
         match f {
-            Fact::Arrived { req, request: Request::Exec { txn, stmt, commit }, .. } => {
+            Fact::Arrived { req, request: Op::Exec { txn, stmt, commit }, .. } => {
                 self.txn_reqs.insert(*req, (*txn, *commit, false));
                 let fence = stmt.fence().copied();
                 self.txns.entry(*txn).or_insert(OpenTxn { start_ms: now, fence, statements: 0 });
             }
-            Fact::Arrived { req, request: Request::Rollback { txn }, .. } => {
+            Fact::Arrived { req, request: Op::Rollback { txn }, .. } => {
                 self.txn_reqs.insert(*req, (*txn, false, true));
             }
             Fact::Answered { req, response, .. } => {
                 let Some((txn, commit, rollback)) = self.txn_reqs.remove(req) else { return };
                 let ended_by = match response {
-                    Response::Rejected { reason: Rejection::TxnClosed } => "told it is no longer open",
-                    Response::Rejected { reason: Rejection::TimedOut } => "a lock wait timed out",
+                    Response::Rejected { reason: Refusal::TxnClosed } => "told it is no longer open",
+                    Response::Rejected { reason: Refusal::TimedOut } => "a lock wait timed out",
                     _ if rollback => "rolled back",
                     _ if commit => "committed",
                     _ => {
@@ -768,10 +768,10 @@ pub(crate) mod testkit {
 
     use crate::check::Violation;
     use crate::history::{Entry, Record, WorldEvent};
-    use leasesim::config::MaintenanceKind;
-    use leasesim::event::{Event, ReleaseCause, WriteKind};
-    use leasesim::ids::{Fence, Owner};
-    use leasesim::task::{TaskKind, TaskSpec};
+    use leasesim_vocab::ids::{Fence, Owner};
+    use leasesim_vocab::task::MaintenanceKind;
+    use leasesim_vocab::task::{TaskKind, TaskSpec};
+    use leasesim_vocab::testimony::{Event, ReleaseCause, WriteKind};
 
     pub fn o(proc: u32, incarnation: u32) -> Owner {
         Owner { proc, incarnation }
@@ -797,7 +797,7 @@ pub(crate) mod testkit {
     /// at 2500, a pause of p1 8000..8500, heal at 9000, end at 10000.
     pub fn history() -> Vec<Record> {
         let (p1, p2, p2b) = (o(1, 1), o(2, 1), o(2, 2));
-        let spec = |kind| TaskSpec { kind, group: None, stage: None, index: None, not_before_ms: 500 };
+        let spec = |kind| TaskSpec { kind, group: None, stage: None, index: None, not_before_ms: 500, queue: None };
         vec![
             w(0, WorldEvent::ProcessUp { owner: p1 }),
             w(0, WorldEvent::ProcessUp { owner: p2 }),
@@ -902,7 +902,7 @@ mod tests {
         assert_eq!((write.start_ms, write.end_ms), (4000, 5000));
         let exec = find(SpanKind::Execution, "exec t12#2");
         assert_eq!((exec.start_ms, exec.end_ms), (1100, 4000));
-        let pass = find(SpanKind::Maintenance(leasesim::config::MaintenanceKind::Index), "maintenance index");
+        let pass = find(SpanKind::Maintenance(leasesim_vocab::task::MaintenanceKind::Index), "maintenance index");
         assert_eq!((pass.start_ms, pass.end_ms), (600, 900));
         let pause = find(SpanKind::Paused, "p1 paused");
         assert_eq!((pause.start_ms, pause.end_ms), (8000, 8500));

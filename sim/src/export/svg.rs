@@ -18,8 +18,8 @@
 use super::{parse_process, timeline, Cut, MarkKind, Span, SpanKind, StoreMark, Timeline};
 use crate::check::Violation;
 use crate::history::Record;
-use leasesim::config::MaintenanceKind;
-use leasesim::ids::{Owner, ProcId, TaskId};
+use leasesim_vocab::ids::{Owner, ProcId, TaskId};
+use leasesim_vocab::task::MaintenanceKind;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -1114,9 +1114,9 @@ mod tests {
     fn overlapping_attempts_get_their_own_rows() {
         use super::super::testkit::o;
         use crate::history::{Entry, Record};
-        use leasesim::event::Event;
-        use leasesim::ids::Fence;
-        use leasesim::task::TaskKind;
+        use leasesim_vocab::ids::Fence;
+        use leasesim_vocab::task::TaskKind;
+        use leasesim_vocab::testimony::Event;
         let grant = |at_ms, task| Record {
             at_ms,
             entry: Entry::Engine(Event::LeaseGranted {

@@ -5,7 +5,7 @@
 
 use crate::history::{Recorder, WorldEvent};
 use crate::truth::Fact;
-use leasesim::ids::{Owner, ProcId};
+use leasesim_vocab::ids::{Owner, ProcId};
 use madsim::net::NetSim;
 use madsim::runtime::Handle;
 use madsim::task::NodeId;

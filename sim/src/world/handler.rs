@@ -8,14 +8,15 @@
 //! process (the handler's own, not the one the fence names), and how it
 //! ended; every completion callback the application receives is recorded.
 
+use super::builtin;
 use super::injector::{upto, Injector};
 use crate::faults::FaultKind;
 use crate::history::Recorder;
 use crate::scenario::Workload;
 use crate::truth::Fact;
-use leasesim::handler::{TaskError, TaskHandler};
-use leasesim::ids::{Fence, Owner};
-use leasesim::task::TaskKind;
+use leasesim::handler::TaskHandler;
+use leasesim_vocab::ids::{Fence, Owner};
+use leasesim_vocab::task::{TaskError, TaskKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -79,8 +80,10 @@ impl Drop for Running<'_> {
     }
 }
 
-impl TaskHandler for SimHandler {
-    async fn execute(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
+impl SimHandler {
+    /// Runs one attempt's body at the body seam: recorded as it starts, ends
+    /// or is dropped.
+    pub async fn run(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
         let on = self.on;
         self.rec.fact(Fact::BodyStarted { fence, kind, on });
         let mut running = Running { handler: self, fence, done: false };
@@ -90,8 +93,25 @@ impl TaskHandler for SimHandler {
         result
     }
 
-    async fn completed(&self, fence: Fence, _kind: TaskKind) {
+    /// The application was told that `fence`'s completion committed.
+    pub fn callback(&self, fence: Fence) {
         self.rec.fact(Fact::Callback { fence, on: self.on });
+    }
+}
+
+/// The built-in engine's task-body seam.
+impl TaskHandler for SimHandler {
+    async fn execute(
+        &self,
+        fence: leasesim::ids::Fence,
+        kind: leasesim::task::TaskKind,
+    ) -> Result<(), leasesim::handler::TaskError> {
+        let result = self.run(builtin::fence(fence), builtin::kind(kind)).await;
+        result.map_err(builtin::engine_task_error)
+    }
+
+    async fn completed(&self, fence: leasesim::ids::Fence, _kind: leasesim::task::TaskKind) {
+        self.callback(builtin::fence(fence));
     }
 }
 

@@ -6,6 +6,7 @@
 //! the world must converge. The world records every event into the history
 //! and, at the end, kills every node so nothing outlives the run.
 
+pub mod builtin;
 mod controller;
 mod handler;
 mod injector;
@@ -29,10 +30,10 @@ use injector::Injector;
 use leasesim::client::Client;
 use leasesim::config::EngineConfig;
 use leasesim::event::Observer;
-use leasesim::ids::Owner;
 use leasesim::store::server::StoreServer;
-use leasesim::task::{TaskKind, TaskState};
 use leasesim::worker::Worker;
+use leasesim_vocab::ids::Owner;
+use leasesim_vocab::task::{TaskKind, TaskState};
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
 use sim_clock::{SimClock, SimTime};
@@ -216,10 +217,11 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
         rec.fact(Fact::Drift { commit: drift });
     }
     let (tasks, last) = server.with_store(|s| {
-        let tasks = s.tasks().map(|t| (t.id, (t.spec.kind, t.state))).collect();
+        let rows: Vec<_> = s.tasks().map(builtin::row).collect();
+        let tasks = rows.iter().map(|t| (t.id, (t.spec.kind, t.state))).collect();
         let last = Fact::Final {
-            tasks: s.tasks().cloned().collect(),
-            stages: s.stages().map(|(stage, row)| (*stage, row.clone())).collect(),
+            tasks: rows,
+            stages: s.stages().map(|(stage, row)| (builtin::stage(*stage), builtin::stage_row(row))).collect(),
             materialized: s.materialized().collect(),
         };
         (tasks, last)
@@ -334,6 +336,7 @@ fn spawn_worker(
             let origin = origin.clone();
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let owner = Owner { proc, incarnation };
+            let engine_owner = builtin::engine_owner(owner);
             let handler = SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner);
             async move {
                 rec.world(WorldEvent::ProcessUp { owner });
@@ -348,7 +351,7 @@ fn spawn_worker(
                 .expect("worker binds its address")
                 .with_variant(variant);
                 let clock = Arc::new(SimClock::new(origin, offset_ms));
-                Worker::new(engine, owner, transport, handler, clock, obs).run().await;
+                Worker::new(engine, engine_owner, transport, handler, clock, obs).run().await;
             }
         })
         .build();
@@ -382,7 +385,7 @@ async fn run_client(
             let answer = match action {
                 Action::Enqueue(spec) => {
                     rec.fact(Fact::ClientCalled { call, what: ClientCall::Enqueue { spec: spec.clone() } });
-                    ClientAnswer::Enqueued { task: client.enqueue(spec).await }
+                    ClientAnswer::Enqueued { task: client.enqueue(builtin::engine_spec(&spec)).await }
                 }
                 Action::CreatePipeline { pipeline, stages } => {
                     rec.fact(Fact::ClientCalled { call, what: ClientCall::CreatePipeline { pipeline, stages } });

@@ -9,6 +9,7 @@
 //! really sent it. Store faults enter at the store seam (`store_node`); this
 //! module only carries messages, and records the peer notes it carries.
 
+use super::builtin;
 use super::store_node::StoreNode;
 use super::variant::Variant;
 use crate::history::Recorder;
@@ -93,8 +94,12 @@ impl SimTransport {
     async fn send(&self, req: Request) -> Result<Response, RpcError> {
         let inner = &self.inner;
         let tag = inner.next_tag.fetch_add(1, Ordering::Relaxed);
-        if let (Sender::Worker(from), Some((txn, fence, send))) = (self.origin, TxnSend::of(&req)) {
-            inner.rec.fact(Fact::TxnSent { from, txn, fence, send });
+        if let Sender::Worker(from) = self.origin {
+            if req.txn().is_some() && inner.rec.enabled() {
+                if let Some((txn, fence, send)) = TxnSend::of(&builtin::op(&req)) {
+                    inner.rec.fact(Fact::TxnSent { from, txn, fence, send });
+                }
+            }
         }
         let envelope: Envelope = (tag, self.origin, req);
         inner.ep.send_to_raw(inner.store, REQUEST_TAG, Box::new(envelope)).await.map_err(|_| RpcError::Unavailable)?;
@@ -113,12 +118,12 @@ impl Transport for SimTransport {
             let plain = plain.clone();
             Box::pin(async move { plain.send(req).await })
         });
-        variant.call(self.origin.owner(), req, send).await
+        variant.call(self.origin.owner().map(builtin::engine_owner), req, send).await
     }
 
     async fn notify_peers(&self, note: PeerNote) {
         if let Sender::Worker(from) = self.origin {
-            self.inner.rec.fact(Fact::NoteSent { from, note });
+            self.inner.rec.fact(Fact::NoteSent { from, note: builtin::note(&note) });
         }
         for peer in &self.inner.peers {
             let _ = self.inner.ep.send_to_raw(*peer, NOTE_TAG, Box::new(note)).await;
@@ -129,7 +134,7 @@ impl Transport for SimTransport {
         let (payload, _) = self.inner.ep.recv_from_raw(NOTE_TAG).await.ok()?;
         let note = *payload.downcast::<PeerNote>().expect("a note carries a PeerNote");
         if let Sender::Worker(to) = self.origin {
-            self.inner.rec.fact(Fact::NoteDelivered { to, note });
+            self.inner.rec.fact(Fact::NoteDelivered { to, note: builtin::note(&note) });
         }
         Some(note)
     }

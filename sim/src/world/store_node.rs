@@ -11,6 +11,7 @@
 //! request that arrived and who sent it, what became of it, what the store
 //! answered and what that answer's transaction changed (via the [`Tap`]).
 
+use super::builtin;
 use super::controller::Controller;
 use super::injector::{chance, upto, Injector};
 use super::tap::{Scope, Tap};
@@ -120,7 +121,9 @@ impl StoreNode {
     /// applied like any other, and its answer goes nowhere.
     pub async fn handle(&self, from: Sender, req: Request, duplicate: bool) -> Option<Response> {
         let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
-        self.rec.fact(Fact::Arrived { req: id, from, request: req.clone(), duplicate });
+        if self.rec.enabled() {
+            self.rec.fact(Fact::Arrived { req: id, from, request: builtin::op(&req), duplicate });
+        }
         if self.crash.is_down() {
             // The store process is down: nobody takes the request.
             self.rec.fact(Fact::Dropped { req: id });
@@ -190,7 +193,7 @@ impl StoreNode {
             // A duplicate's refusal reaches nobody, but it was refused (and
             // a statement's transaction aborted with it).
             Front::Refused(response, fault) => {
-                self.rec.fact(Fact::Refused { req: id, response: response.clone(), fault });
+                self.rec.fact(Fact::Refused { req: id, response: builtin::response(&response), fault });
                 return (!duplicate).then_some(response);
             }
             Front::Answered(resp, after) => (resp, after),
@@ -401,7 +404,9 @@ impl StoreNode {
             After::Lose => Reply::Lost,
             After::Delay(_) | After::Hold(_) => Reply::Late,
         };
-        self.rec.fact(Fact::Answered { req: id, response: response.clone(), commit, reply });
+        if self.rec.enabled() {
+            self.rec.fact(Fact::Answered { req: id, response: builtin::response(&response), commit, reply });
+        }
         response
     }
 

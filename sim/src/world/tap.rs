@@ -16,6 +16,7 @@
 //!
 //! At the end of the run the whole store is synced once more.
 
+use super::builtin;
 use crate::truth::{Commit, StageChange, TaskChange};
 use leasesim::ids::{IndexId, StageRef, TaskId};
 use leasesim::proto::Request;
@@ -115,11 +116,11 @@ impl TaskRows {
         match self.position(task.id) {
             Ok(i) if self.0[i] == *task => {}
             Ok(i) => {
-                out.push(TaskChange { before: Some(self.0[i].clone()), after: task.clone() });
+                out.push(TaskChange { before: Some(builtin::row(&self.0[i])), after: builtin::row(task) });
                 self.0[i] = task.clone();
             }
             Err(i) => {
-                out.push(TaskChange { before: None, after: task.clone() });
+                out.push(TaskChange { before: None, after: builtin::row(task) });
                 self.0.insert(i, task.clone());
             }
         }
@@ -190,13 +191,13 @@ fn sync_all_tasks<'a>(mirror: &mut TaskRows, store: impl Iterator<Item = &'a Tas
         match rows.get_mut(i) {
             Some(row) if row.id == task.id => {
                 if row != task {
-                    out.push(TaskChange { before: Some(row.clone()), after: task.clone() });
+                    out.push(TaskChange { before: Some(builtin::row(row)), after: builtin::row(task) });
                     *row = task.clone();
                 }
                 i += 1;
             }
             _ => {
-                out.push(TaskChange { before: None, after: task.clone() });
+                out.push(TaskChange { before: None, after: builtin::row(task) });
                 unknown.push(task);
             }
         }
@@ -211,7 +212,11 @@ fn sync_stages(mirror: &mut BTreeMap<StageRef, StageRow>, store: &Store, rows: S
     let mut one = |stage: StageRef, row: &StageRow| match mirror.get(&stage) {
         Some(known) if known == row => {}
         known => {
-            out.push(StageChange { stage, before: known.cloned(), after: row.clone() });
+            out.push(StageChange {
+                stage: builtin::stage(stage),
+                before: known.map(builtin::stage_row),
+                after: builtin::stage_row(row),
+            });
             mirror.insert(stage, row.clone());
         }
     };
@@ -235,13 +240,32 @@ mod tests {
     use super::*;
 
     fn row(id: TaskId, attempt: u32) -> Task {
-        Task { attempt, ..crate::check::testkit::new_row(id, 0) }
+        let spec = leasesim::task::TaskSpec {
+            kind: leasesim::task::TaskKind::Job,
+            group: None,
+            stage: None,
+            index: None,
+            not_before_ms: 0,
+        };
+        Task {
+            id,
+            spec,
+            state: leasesim::task::TaskState::Ready,
+            owner: None,
+            attempt,
+            lease_expiry_ms: None,
+            retries: 0,
+            retry_at_ms: 0,
+            updated_ms: 0,
+            repair_count: 0,
+        }
     }
 
     /// A change as (task, attempt before, attempt after).
     type Change = (TaskId, Option<u32>, u32);
 
     fn ids_and_attempts(changes: &[TaskChange]) -> Vec<Change> {
+        // (the changes come out in the harness's words, as rows)
         changes.iter().map(|c| (c.after.id, c.before.as_ref().map(|b| b.attempt), c.after.attempt)).collect()
     }
 

@@ -3,8 +3,8 @@
 
 use super::handler::mix;
 use crate::scenario::Workload;
-use leasesim::ids::{GroupId, IndexId};
-use leasesim::task::{TaskKind, TaskSpec};
+use leasesim_vocab::ids::{GroupId, IndexId};
+use leasesim_vocab::task::{TaskKind, TaskSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -28,7 +28,8 @@ pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x776f_726b, 0));
     let at = |rng: &mut ChaCha8Rng| rng.gen_range(0..=w.enqueue_window_ms);
     let mut out = Vec::new();
-    let spec = |kind, group, index, not_before_ms| TaskSpec { kind, group, stage: None, index, not_before_ms };
+    let spec =
+        |kind, group, index, not_before_ms| TaskSpec { kind, group, stage: None, index, not_before_ms, queue: None };
     for i in 0..w.index_builds {
         let t = at(&mut rng);
         let index = i as IndexId + 1;

@@ -1,0 +1,259 @@
+//! claim-progress (liveness): a due task does not wait while a worker has
+//! room for it.
+//!
+//! - After the heal, at every moment: a task that has been ready and due
+//!   (its not-before time and its failure's backoff past, by the policy) for
+//!   longer than the claim bound violates the invariant if some worker was up,
+//!   running and connected, and had a free slot, during the whole bound.
+//!   A slot is in use while a body runs, and while its outcome is being
+//!   recorded (until the answer reaches the worker, at most the finalization
+//!   deadline). Every moment is judged on its own: a worker that was full
+//!   once is not excused for good.
+//! - At any time: a long poll held at the store does not sit beside a task
+//!   that is due at the store (the store must answer it as soon as one is).
+//!
+//! Judged from ground truth: the store's rows (store seam), bodies (task-body
+//! seam), liveness (process control), held claims (store seam).
+
+use super::{promise, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::{Owner, TaskId};
+use leasesim_vocab::op::Op;
+use leasesim_vocab::task::TaskState;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const NAME: &str = "claim-progress";
+
+/// How long a held long poll may sit beside a due task.
+const LONG_POLL_SLACK_MS: u64 = 100;
+
+#[derive(Default)]
+pub struct ClaimProgress {
+    /// Per owner: the last moment all its slots were in use.
+    last_full: BTreeMap<Owner, u64>,
+    /// Tasks already reported (only the first violation per task is kept).
+    reported: BTreeSet<TaskId>,
+    /// The millisecond last judged.
+    judged_ms: Option<u64>,
+    evaluations: u64,
+}
+
+impl ClaimProgress {
+    fn note_fullness(&mut self, now: u64, ctx: &Ctx) {
+        let concurrency = ctx.view.concurrency();
+        for (owner, o) in &ctx.view.owners {
+            if o.alive() && ctx.view.busy_of(o, now) >= concurrency {
+                self.last_full.insert(*owner, now);
+            }
+        }
+    }
+
+    /// When task `id` became due, by the policy (not by the store's word).
+    fn due_ms(ctx: &Ctx, id: TaskId) -> Option<u64> {
+        let t = ctx.view.task(id)?;
+        let backoff = t.last_failure.map_or(0, |(at, n)| at + promise::backoff_ms(ctx.promises(), n));
+        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff))
+    }
+
+    /// A worker that had room for a task throughout `[from, now]`.
+    fn idle_owner(&self, ctx: &Ctx, from: u64, now: u64) -> Option<Owner> {
+        let concurrency = ctx.view.concurrency();
+        ctx.view.owners.keys().copied().find(|owner| {
+            ctx.view.live_throughout(*owner, from, now)
+                && self.last_full.get(owner).is_none_or(|&full| full < from)
+                && ctx.view.busy(*owner, now) < concurrency
+        })
+    }
+
+    fn judge_due(&mut self, now: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let bound = ctx.spec.bounds.claim_bound_ms;
+        // The idle owner depends on the moment only, not on the task: looked
+        // for once per judgement (with hundreds of due tasks this look was
+        // most of a campaign's time).
+        let mut idle: Option<Option<Owner>> = None;
+        for &id in &ctx.view.ready {
+            if self.reported.contains(&id) {
+                continue;
+            }
+            let Some(due) = Self::due_ms(ctx, id) else { continue };
+            let since = due.max(heal);
+            if now < since {
+                continue;
+            }
+            // A due task after the heal: the predicate is "claimed within
+            // the bound, or no worker had room all along".
+            self.evaluations += 1;
+            if now <= since + bound {
+                continue;
+            }
+            let Some(owner) = *idle.get_or_insert_with(|| self.idle_owner(ctx, now - bound, now)) else { continue };
+            self.reported.insert(id);
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{id}: due since {since} ms and still unclaimed at {now} ms although {owner} was up, \
+                         connected and had a free slot from {} ms on (claim bound {bound} ms)",
+                        now - bound
+                    ),
+                )
+                .task(id),
+            );
+        }
+    }
+
+    fn judge_held_polls(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let held = ctx.view.requests.values().filter(|r| {
+            matches!(r.request, Op::Claim { wait_ms, .. } if wait_ms > 0) && r.handed_ms.is_some() && r.answer.is_none()
+        });
+        for r in held {
+            let handed = r.handed_ms.expect("held polls were handed over");
+            for &id in &ctx.view.ready {
+                let Some(t) = ctx.view.task(id) else { continue };
+                let due_at_store = t.row.retry_at_ms.max(t.ready_since_ms).max(handed);
+                if t.row.state != TaskState::Ready
+                    || now <= due_at_store + LONG_POLL_SLACK_MS
+                    || self.reported.contains(&id)
+                {
+                    continue;
+                }
+                self.evaluations += 1;
+                self.reported.insert(id);
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{id}: due at the store since {due_at_store} ms, but the long poll of {} held since {handed} ms \
+                             had not claimed it at {now} ms",
+                            r.from
+                        ),
+                    )
+                    .task(id),
+                );
+            }
+        }
+    }
+}
+
+impl Checker for ClaimProgress {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "after heal, a due task is claimed within the claim bound while a live worker has had a free slot; a held long poll claims a due task at once"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        self.note_fullness(now, ctx);
+        if let Some(leasesim_vocab::truth::Fact::BodyStarted { on, .. }) = super::fact(rec) {
+            // The slot this body takes counts from now, not from the next record.
+            if ctx.view.busy(*on, now) + 1 >= ctx.view.concurrency() {
+                self.last_full.insert(*on, now);
+            }
+        }
+        // Judged at the first record of each millisecond: a task or poll
+        // that waits too long at one record of it already did at the first
+        // (time alone makes it late; a claim or answer only ends the wait).
+        if self.judged_ms == Some(now) {
+            return;
+        }
+        self.judged_ms = Some(now);
+        if let Some(heal) = ctx.view.heal_ms {
+            self.judge_due(now, heal, ctx, out);
+        }
+        self.judge_held_polls(now, ctx, out);
+    }
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.note_fullness(end_ms, ctx);
+        self.judge_due(end_ms, ctx.view.heal_or(end_ms), ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::Op;
+    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::truth::Sender;
+
+    cases! {
+        claimed_within_bound_after_heal_passes:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(100).heal()
+                .attempt_ok(1_100, 1, 1, o(1, 1))
+                .at(20_000).end().build()
+            => PASS;
+        starved_before_heal_counts_from_heal:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(5_000).heal()
+                .attempt_ok(5_900, 1, 1, o(1, 1))
+                .at(20_000).end().build()
+            => PASS;
+        due_task_unclaimed_with_a_free_slot:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(100).heal()
+                .at(1_101).end().build()
+            => &[(NAME, Some(1))];
+        failed_task_unclaimed_after_its_backoff:
+            H::new().up(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(100).finished(2, 1, o(1, 1), false).failed(2, 1, o(1, 1), 1, Some(1_100)).unpermit(o(1, 1), 2, 1)
+                .at(200).heal()
+                .at(2_101).end().build()
+            => &[(NAME, Some(2))];
+        retry_time_committed_late_does_not_excuse:
+            // The store committed 9100 instead of the promised 1100.
+            H::new().up(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(100).finished(2, 1, o(1, 1), false).failed(2, 1, o(1, 1), 1, Some(9_100)).unpermit(o(1, 1), 2, 1)
+                .at(200).heal()
+                .at(2_101).end().build()
+            => &[(NAME, Some(2))];
+        both_slots_busy_is_not_starvation:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job).created(3, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(100).heal()
+                .at(3_000).end().build()
+            => PASS;
+        full_once_does_not_excuse_for_good:
+            // Both slots were busy until 200 ms; from then on one is free.
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job).created(3, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(100).heal()
+                .at(200).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(1_201).end().build()
+            => &[(NAME, Some(3))];
+        paused_worker_is_not_starvation:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(100).heal()
+                .at(500).paused(1)
+                .at(3_000).end().build()
+            => PASS;
+        worker_restarted_at_heal_never_claims:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(50).killed(o(1, 1))
+                .at(100).heal()
+                .at(500).up(o(1, 2))
+                .at(1_501).end().build()
+            => &[(NAME, Some(1))];
+        held_long_poll_beside_a_due_task:
+            {
+                let (h, req) = H::new().up(o(1, 1))
+                    .arrive(Sender::Worker(o(1, 1)), Op::Claim { owner: o(1, 1), max: 1, wait_ms: 5_000 });
+                h.fact(leasesim_vocab::truth::Fact::Handed { req }).at(10).created(1, TaskKind::Job).at(500).heartbeat(o(1, 1)).build()
+            }
+            => &[(NAME, Some(1))];
+    }
+}

@@ -1,0 +1,552 @@
+//! Coverage points: the dangerous moments a campaign exists to reach.
+//!
+//! A campaign that finds nothing says little unless it reached the
+//! situations where lease engines break. Each point is a stable kebab-case
+//! name with a one-line description, observed by the harness from ground
+//! truth (the same facts and view the checkers use, never the engine's
+//! testimony). A run reports the points it reached; a campaign counts them;
+//! a scenario may require some (`[coverage] require`).
+
+use super::view::held_by;
+use super::{answer, commit, fact, granted, lost_holder, promise, Ctx};
+use leasesim_vocab::faults::FaultKind;
+use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::ids::Fence;
+use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::task::TaskError;
+use leasesim_vocab::task::{TaskKind, TaskState};
+use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One coverage point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    pub name: &'static str,
+    pub about: &'static str,
+}
+
+/// A coverage point as the checkers name it: its place in [`POINTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointId(u8);
+
+impl PointId {
+    pub fn name(self) -> &'static str {
+        POINTS[self.0 as usize].name
+    }
+
+    /// This point's bit in a run's set of reached points.
+    fn bit(self) -> u64 {
+        1 << self.0
+    }
+}
+
+impl std::fmt::Display for PointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+macro_rules! points {
+    ($($id:ident = $name:literal: $about:literal;)+) => {
+        /// Listing order: each point's place in `POINTS`.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        enum Place { $($id),+ }
+        $(pub const $id: PointId = PointId(Place::$id as u8);)+
+        /// Every coverage point, in listing order.
+        pub const POINTS: &[Point] = &[$(Point { name: $name, about: $about }),+];
+    };
+}
+
+points! {
+    STALE_COMPLETE = "stale-complete-rejected": "a completion from an attempt that no longer holds its task reached the store and was refused";
+    STALE_FAIL = "stale-fail-rejected": "a failure from an attempt that no longer holds its task was refused";
+    STALE_RENEW = "stale-renew-rejected": "a renewal from an attempt that no longer holds its task was refused";
+    STALE_LEASE_CHECK = "stale-lease-check": "a lease check answered 'not valid' to an attempt that once held the task";
+    LEASE_CHECK_AFTER_EXPIRY = "lease-check-after-expiry": "a lease check reached the store while its attempt still held the task but its lease had run out (not yet reclaimed)";
+    STALE_STAGE_WRITE = "stale-stage-write-rejected": "a completion of a stage task from a stale attempt was refused";
+    AMBIGUOUS_COMPLETION = "ambiguous-completion": "a completion was applied and its answer lost: the worker cannot know it committed";
+    LEASE_EXPIRED_RUNNING = "lease-expired-while-running": "a lease expired at the store while its owner was alive and its body running";
+    RENEWAL_SAVED = "renewal-saved-long-execution": "a body ran longer than its lease TTL and still held its task when it returned";
+    LONG_EXECUTION = "execution-outlived-lease-ttl": "a body ran longer than its lease TTL";
+    RENEWAL_REJECTED = "renewal-rejected": "the store refused a renewal";
+    POLL_FOR_ABSENT = "long-poll-granted-to-absent-owner": "a held long poll granted a task to a caller that was dead or paused";
+    REPAIR_BESIDE_HEALTHY = "repair-beside-healthy-lease": "repair reclaimed a task while another task of its group kept a healthy lease";
+    REPAIR_AT_EXPIRY = "repair-at-expiry-ms": "repair reclaimed a lease at the exact millisecond it expired";
+    DEAD_OWNER_RELEASED = "dead-owner-task-released": "a heartbeat-owned task was released because its owner counted as dead";
+    ZOMBIE_RELEASED = "dead-owner-released-while-paused": "a paused owner's task was released as dead; the owner returns as a zombie";
+    ORPHAN_RELEASED = "orphan-released": "same-owner recovery released a task its owner was not running";
+    SAME_OWNER_RECLAIM = "same-owner-reclaim": "a released task was granted again to the same owner, at a new attempt";
+    FINALIZE_DEADLINE = "finalize-deadline-passed": "an attempt's outcome was not recorded within the finalization deadline";
+    MAINTENANCE_OVERDUE = "maintenance-pass-overdue": "a maintenance pass was still running at the store when the next was due";
+    NOTE_EARLY = "note-before-retry-time": "a peer note arrived before the retry time it carries";
+    RETRY_ON_TIME = "retry-granted-on-time": "a failed task was granted again at the exact millisecond its backoff ended";
+    RETRIES_EXHAUSTED = "retries-exhausted": "a task died after spending its whole retry budget";
+    FATAL_FAILURE = "fatal-failure": "a task died of a fatal error";
+    CONFLICT_RETRIED = "conflict-failure-retried": "a write conflict failed a task body and the task was retried";
+    STAGE_REFUSED = "stage-enqueue-refused": "the store refused a stage enqueue (already has a task, done, or not due)";
+    REORDERED = "request-reordered": "a request reached the store's engine after a later request of the same sender";
+    CLIENT_REPLY_LOST = "client-reply-lost-after-commit": "a client request committed and its answer was lost";
+    QUERY_TIMED_OUT = "query-answered-by-lag-timeout": "an index query waited out its whole lag and answered 'not materialized'";
+    FULL_WITH_DUE = "worker-full-with-due-tasks": "a live worker was at full capacity while a task was due";
+    KILLED_RUNNING = "killed-while-running": "a process was killed while it ran or finalized attempts (its permits vanish)";
+    CLOCK_SKEW = "clock-skew-against-lease": "a worker whose clock is off by a third of a lease's renewal margin or more held that lease";
+    TXN_TIMEOUT = "transaction-timed-out": "a write's transaction timed out at the store and nothing was applied";
+    HELD_AT_STORE = "request-held-at-store": "a request reached the store process but its engine took it over a second later";
+    FRESH_INDEX = "fresh-index-queried-after-heal": "an index built from an enqueue after the heal was queried by the application";
+    STORE_CRASH_HELD = "store-crashed-holding-requests": "the store process died while it held requests: their transactions aborted, their callers were never answered";
+    DUPLICATE_ABSORBED = "duplicate-write-absorbed": "a write delivered twice was answered again by the store, and the copy changed nothing";
+    SERIALIZATION_RETRIED = "serialization-failure-retried": "a transaction aborted by a serialization failure was sent again by its caller and committed";
+    TXN_CLOSED = "statement-after-transaction-closed": "a statement reached the store after its transaction had ended without it (timed out, its process replaced, the store restarted) and was told the transaction is no longer open";
+    LOCK_WAIT = "lock-wait": "a request reached the store while another open transaction held a lock on the row it writes, and had to wait";
+    TXN_ABANDONED = "transaction-abandoned": "a transaction was left open by its client (killed, paused, cut off, its answer lost) until the store ended it";
+    EXPIRED_LOCKED = "expired-lease-locked": "a lease ran out while an open transaction held its row: recovery had to skip the row until the transaction ended";
+}
+
+/// How many refused requests coverage remembers, waiting for their retry.
+const REFUSED_KEPT: usize = 64;
+
+/// Does `name` name a coverage point?
+pub fn known(name: &str) -> bool {
+    POINTS.iter().any(|p| p.name == name)
+}
+
+#[derive(Default)]
+pub struct Coverage {
+    /// The points reached so far, one bit each (a set of names was most of
+    /// coverage's cost: every record asks about several points).
+    reached: u64,
+    /// Per sender: the latest arrival among its requests already handed over.
+    handed_arrival: BTreeMap<Sender, u64>,
+    /// Expiries already looked at, and finalizations already looked at.
+    expiries: BTreeSet<(Fence, u64)>,
+    finalizations: BTreeSet<Fence>,
+    /// Tasks whose last lease was released (not ended by an outcome), with
+    /// the attempt that lost it.
+    last_release: BTreeMap<leasesim_vocab::ids::TaskId, Fence>,
+    /// The latest requests a serialization failure refused (at most
+    /// `REFUSED_KEPT`, oldest first).
+    serialization_refused: std::collections::VecDeque<(Sender, Op)>,
+}
+
+impl Coverage {
+    /// The names of the points reached.
+    pub fn reached(&self) -> BTreeSet<&'static str> {
+        POINTS.iter().enumerate().filter(|(i, _)| self.reached & (1 << i) != 0).map(|(_, p)| p.name).collect()
+    }
+
+    /// Transactions that span round trips: closed under their client,
+    /// abandoned, waited for, holding an expired lease.
+    fn transactions(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        if let Some(a) = answer(rec, ctx) {
+            let statement = !matches!(a.request.request, Op::Rollback { .. });
+            if a.request.txn.is_some()
+                && statement
+                && !a.request.duplicate
+                && matches!(a.response, Response::Rejected { reason: Refusal::TxnClosed })
+            {
+                self.hit(TXN_CLOSED);
+            }
+        }
+        if let Some(Fact::Arrived { request, .. }) = fact(rec) {
+            let fence = request.fence();
+            // Only a statement whose fence matches the row waits for it.
+            let waits = |f: &Fence| {
+                ctx.view.task(f.task).is_some_and(|t| t.held_by(f))
+                    && ctx.view.lock_holder(f.task, request.txn()).is_some()
+            };
+            if self.open(LOCK_WAIT) && fence.is_some_and(waits) {
+                self.hit(LOCK_WAIT);
+            }
+        }
+        if !ctx.view.abandoned.is_empty() {
+            self.hit(TXN_ABANDONED);
+        }
+        let expired = |t: &leasesim_vocab::ids::TaskId| {
+            ctx.view.task(*t).is_some_and(|t| t.row.lease_expiry_ms.is_some_and(|e| e <= now))
+        };
+        if self.open(EXPIRED_LOCKED) && ctx.view.txns.values().any(|t| t.locks.iter().any(expired)) {
+            self.hit(EXPIRED_LOCKED);
+        }
+    }
+
+    fn hit(&mut self, point: PointId) {
+        self.reached |= point.bit();
+    }
+
+    pub fn on_record(&mut self, rec: &Record, ctx: &Ctx) {
+        let now = rec.at_ms;
+        self.moments(now, ctx);
+        self.transactions(now, rec, ctx);
+        self.answers(now, rec, ctx);
+        self.commits(now, rec, ctx);
+        self.facts(now, rec, ctx);
+        if let Entry::World(WorldEvent::ProcessKilled { owner }) = &rec.entry {
+            if ctx.view.busy(*owner, now) > 0 {
+                self.hit(KILLED_RUNNING);
+            }
+        }
+    }
+
+    /// Situations that hold at a moment rather than at one record.
+    ///
+    /// These look at the whole view at every record, so each is looked for
+    /// only until the run reaches it (a run reports each point once).
+    fn moments(&mut self, now: u64, ctx: &Ctx) {
+        let v = &ctx.view;
+        let cfg = ctx.promises();
+        if self.open(LEASE_EXPIRED_RUNNING) {
+            self.expired_running(now, ctx);
+        }
+        if self.open(FINALIZE_DEADLINE) || self.open(FULL_WITH_DUE) {
+            self.owner_moments(now, ctx);
+        }
+        let overdue = self.open(MAINTENANCE_OVERDUE)
+            && v.requests.values().any(|r| {
+                matches!(r.request, Op::Maintain { .. })
+                    && r.answer.is_none()
+                    && now >= r.arrived_ms + cfg.maintenance_interval_ms
+            });
+        if overdue {
+            self.hit(MAINTENANCE_OVERDUE);
+        }
+    }
+
+    /// Has the run not reached `point` yet?
+    fn open(&self, point: PointId) -> bool {
+        self.reached & point.bit() == 0
+    }
+
+    fn expired_running(&mut self, now: u64, ctx: &Ctx) {
+        let v = &ctx.view;
+        for id in &v.leased {
+            let Some(t) = v.task(*id) else { continue };
+            let (Some(expiry), Some(owner)) = (t.row.lease_expiry_ms, t.row.owner) else { continue };
+            let fence = Fence { task: *id, attempt: t.row.attempt, owner };
+            let fresh = expiry <= now && self.expiries.insert((fence, expiry));
+            let running = v.bodies.get(&fence).is_some_and(|b| b.ended_ms.is_none());
+            if fresh && running && v.owner(owner).is_some_and(|o| o.alive()) {
+                self.hit(LEASE_EXPIRED_RUNNING);
+            }
+        }
+    }
+
+    fn owner_moments(&mut self, now: u64, ctx: &Ctx) {
+        let v = &ctx.view;
+        let cfg = ctx.promises();
+        for o in v.owners.values() {
+            for (fence, ended) in &o.finalizing {
+                if now >= ended + cfg.finalize_deadline_ms && self.finalizations.insert(*fence) {
+                    self.hit(FINALIZE_DEADLINE);
+                }
+            }
+            if self.open(FULL_WITH_DUE) && o.alive() && v.busy_of(o, now) >= v.concurrency() {
+                let due = v.ready.iter().filter_map(|id| v.task(*id)).any(|t| t.row.retry_at_ms <= now);
+                if due {
+                    self.hit(FULL_WITH_DUE);
+                }
+            }
+        }
+    }
+
+    fn answers(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        let Some(a) = answer(rec, ctx) else { return };
+        let v = &ctx.view;
+        let was_granted = |f: &Fence| v.grants.contains_key(f);
+        let stale = |f: &Fence| was_granted(f) && v.task(f.task).is_some_and(|t| !t.held_by(f));
+        let refused = matches!(a.response, Response::Rejected { .. });
+        match &a.request.request {
+            Op::Complete { fence } if refused && stale(fence) => {
+                self.hit(STALE_COMPLETE);
+                if v.task(fence.task).is_some_and(|t| t.stage().is_some()) {
+                    self.hit(STALE_STAGE_WRITE);
+                }
+            }
+            Op::Complete { .. } if !a.commit.is_empty() && a.reply == Reply::Lost => self.hit(AMBIGUOUS_COMPLETION),
+            Op::Fail { fence, .. } if refused && stale(fence) => self.hit(STALE_FAIL),
+            Op::Renew { fence } if refused => {
+                self.hit(RENEWAL_REJECTED);
+                if stale(fence) {
+                    self.hit(STALE_RENEW);
+                }
+            }
+            Op::LeaseValid { fence } => {
+                if a.response == &(Response::Valid { valid: false }) && was_granted(fence) {
+                    self.hit(STALE_LEASE_CHECK);
+                }
+                let row = v.task(fence.task).map(|t| &t.row);
+                if row.is_some_and(|r| held_by(r, fence) && r.lease_expiry_ms.is_some_and(|e| e <= now)) {
+                    self.hit(LEASE_CHECK_AFTER_EXPIRY);
+                }
+            }
+            Op::EnqueueStage { .. } if refused => self.hit(STAGE_REFUSED),
+            Op::QueryIndex { lag_timeout_ms, .. } => {
+                let waited = now.saturating_sub(a.request.handed_ms.unwrap_or(a.request.arrived_ms));
+                if a.response == &(Response::Query { materialized: false }) && waited >= *lag_timeout_ms {
+                    self.hit(QUERY_TIMED_OUT);
+                }
+            }
+            Op::Claim { wait_ms, .. } if *wait_ms > 0 => {
+                let absent = a
+                    .request
+                    .from
+                    .owner()
+                    .is_some_and(|o| v.killed(o).is_some() || v.procs.get(&o.proc).is_some_and(|p| p.paused_now()));
+                if absent && matches!(a.response, Response::Claimed { grants } if !grants.is_empty()) {
+                    self.hit(POLL_FOR_ABSENT);
+                }
+            }
+            _ => {}
+        }
+        if matches!(a.request.from, Sender::Client(_)) && !a.commit.is_empty() && a.reply == Reply::Lost {
+            self.hit(CLIENT_REPLY_LOST);
+        }
+        if a.request.duplicate && a.commit.is_empty() && is_write(&a.request.request) {
+            self.hit(DUPLICATE_ABSORBED);
+        }
+        let retried = |(from, request): &(Sender, Op)| *from == a.request.from && *request == a.request.request;
+        if !a.commit.is_empty() && self.serialization_refused.iter().any(retried) {
+            self.hit(SERIALIZATION_RETRIED);
+        }
+        let handed_at = a.request.handed_ms.unwrap_or(now);
+        if handed_at > a.request.arrived_ms + 1_000 {
+            self.hit(HELD_AT_STORE);
+        }
+        if a.request.handed_ms.is_none() {
+            self.handed(a.request.from, a.request.arrived_ms);
+        }
+    }
+
+    fn commits(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        let Some(c) = commit(rec) else { return };
+        let v = &ctx.view;
+        let cfg = ctx.promises();
+        let request = answer(rec, ctx).map(|a| a.request);
+        let op = request.map(|r| &r.request);
+        for change in &c.tasks {
+            let after = &change.after;
+            if let Some(holder) = lost_holder(change) {
+                let before = change.before.as_ref().expect("a lost holder had a row");
+                let own_outcome =
+                    matches!(op, Some(Op::Complete { fence } | Op::Fail { fence, .. }) if *fence == holder);
+                if !own_outcome {
+                    self.released(now, holder, before, op, ctx);
+                    if after.state == TaskState::Ready {
+                        self.last_release.insert(after.id, holder);
+                    }
+                }
+            }
+            if let Some(fence) = granted(change) {
+                if self.last_release.remove(&fence.task).is_some_and(|lost| lost.owner == fence.owner) {
+                    self.hit(SAME_OWNER_RECLAIM);
+                }
+                if let Some((failed_ms, n)) = v.task(fence.task).and_then(|t| t.last_failure) {
+                    if now == failed_ms + promise::backoff_ms(cfg, n) {
+                        self.hit(RETRY_ON_TIME);
+                    }
+                }
+                let margin = promise::renew_margin_ms(cfg, after.spec.kind);
+                let offset = v.procs.get(&fence.owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs());
+                if margin.is_some_and(|m| offset > 0 && offset * 3 >= m) {
+                    self.hit(CLOCK_SKEW);
+                }
+            }
+            let died =
+                after.state == TaskState::Dead && change.before.as_ref().is_some_and(|b| b.state != TaskState::Dead);
+            let error = match op {
+                Some(Op::Fail { error, .. }) => Some(*error),
+                _ => None,
+            };
+            if died && error == Some(TaskError::Fatal) {
+                self.hit(FATAL_FAILURE);
+            } else if died && after.retries > cfg.max_retries {
+                self.hit(RETRIES_EXHAUSTED);
+            }
+            if after.state == TaskState::Ready && error == Some(TaskError::Conflict) {
+                self.hit(CONFLICT_RETRIED);
+            }
+        }
+    }
+
+    /// A lease was taken from `holder` by request `op`.
+    fn released(&mut self, now: u64, holder: Fence, before: &leasesim_vocab::task::Row, op: Option<&Op>, ctx: &Ctx) {
+        let v = &ctx.view;
+        match op {
+            Some(Op::ReleaseOrphans { .. }) => self.hit(ORPHAN_RELEASED),
+            Some(Op::Repair { .. }) => {
+                if before.lease_expiry_ms == Some(now) {
+                    self.hit(REPAIR_AT_EXPIRY);
+                }
+                let group = before.spec.group;
+                let healthy = v.leased.iter().filter_map(|id| v.task(*id)).any(|t| {
+                    t.row.id != holder.task
+                        && t.row.spec.group == group
+                        && t.row.lease_expiry_ms.is_some_and(|e| e > now)
+                });
+                if healthy {
+                    self.hit(REPAIR_BESIDE_HEALTHY);
+                }
+            }
+            _ => {}
+        }
+        if before.lease_expiry_ms.is_none() && !matches!(op, Some(Op::ReleaseOrphans { .. })) {
+            self.hit(DEAD_OWNER_RELEASED);
+            if v.procs.get(&holder.owner.proc).is_some_and(|p| p.paused_now()) && v.killed(holder.owner).is_none() {
+                self.hit(ZOMBIE_RELEASED);
+            }
+        }
+    }
+
+    /// A request of `from` that arrived at `arrived_ms` reaches the engine.
+    fn handed(&mut self, from: Sender, arrived_ms: u64) {
+        let latest = self.handed_arrival.entry(from).or_insert(0);
+        let reordered = arrived_ms < *latest;
+        *latest = (*latest).max(arrived_ms);
+        if reordered {
+            self.hit(REORDERED);
+        }
+    }
+
+    fn facts(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        let v = &ctx.view;
+        match fact(rec) {
+            Some(Fact::Handed { req }) => {
+                if let Some(r) = v.request(*req) {
+                    self.handed(r.from, r.arrived_ms);
+                }
+            }
+            Some(Fact::Refused { fault: Some(FaultKind::TxnTimeout), .. }) => self.hit(TXN_TIMEOUT),
+            Some(Fact::Refused { req, fault: Some(FaultKind::SerializationFailure), .. }) => {
+                // A duplicate's refusal reaches nobody: nobody retries it.
+                let Some(r) = v.request(*req).filter(|r| !r.duplicate) else { return };
+                if self.serialization_refused.len() == REFUSED_KEPT {
+                    self.serialization_refused.pop_front();
+                }
+                self.serialization_refused.push_back((r.from, r.request.clone()));
+            }
+            Some(Fact::StoreCrashed { held }) if *held > 0 => self.hit(STORE_CRASH_HELD),
+            Some(Fact::NoteDelivered { note, .. }) if now < note.retry_at_ms => self.hit(NOTE_EARLY),
+            Some(Fact::BodyEnded { fence, .. }) => {
+                let Some(body) = v.bodies.get(fence) else { return };
+                let ttl = promise::lease_ttl_ms(ctx.promises(), body.kind);
+                if ttl.is_some_and(|ttl| now - body.started_ms > ttl) {
+                    self.hit(LONG_EXECUTION);
+                    if v.task(fence.task).is_some_and(|t| held_by(&t.row, fence)) {
+                        self.hit(RENEWAL_SAVED);
+                    }
+                }
+            }
+            Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { .. } }) => {
+                let (Some(heal), Some(c)) = (v.heal_ms, v.calls.get(call)) else { return };
+                let ClientCall::Query { index, .. } = c.what else { return };
+                let fresh = v.tasks.values().any(|t| {
+                    t.kind() == TaskKind::IndexBuild && t.row.spec.index == Some(index) && t.created_ms >= heal
+                });
+                if fresh {
+                    self.hit(FRESH_INDEX);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Writes whose second delivery the store must absorb.
+fn is_write(req: &Op) -> bool {
+    matches!(
+        req,
+        Op::Enqueue { .. }
+            | Op::EnqueueStage { .. }
+            | Op::CreatePipeline { .. }
+            | Op::Complete { .. }
+            | Op::Fail { .. }
+            | Op::ClearStageLink { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{o, spec, H};
+    use leasesim_vocab::history::Record;
+    use leasesim_vocab::task::TaskKind;
+
+    /// The points a history reaches, by the one check function.
+    fn reached(history: Vec<Record>) -> BTreeSet<String> {
+        crate::check(&spec(), &history).coverage
+    }
+
+    /// `reaches! { name: history => [points]; }`: exactly these points.
+    macro_rules! reaches {
+        ($($name:ident: $history:expr => [$($point:expr),*];)+) => {
+            $(
+                #[test]
+                fn $name() {
+                    let want: BTreeSet<String> = [$($point.to_string()),*].into_iter().collect();
+                    assert_eq!(reached($history), want);
+                }
+            )+
+        };
+    }
+
+    reaches! {
+        a_plain_run_reaches_nothing:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).attempt_ok(10, 1, 1, o(1, 1)).build()
+            => [];
+        a_stale_completion_is_refused:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).paused(1)
+                .at(3_100).released(1, 1, o(2, 1))
+                .attempt_ok(3_200, 1, 2, o(2, 1))
+                .at(3_400).resumed(1).finished(1, 1, o(1, 1), true)
+                .answer(
+                    Sender::Worker(o(1, 1)),
+                    Op::Complete { fence: crate::testkit::fence(1, 1, o(1, 1)) },
+                    Response::Rejected { reason: leasesim_vocab::op::Refusal::Terminal },
+                    vec![],
+                    &[],
+                )
+                .unpermit(o(1, 1), 1, 1)
+                .build()
+            => [STALE_COMPLETE, LEASE_EXPIRED_RUNNING, LONG_EXECUTION];
+        a_long_body_kept_alive_by_renewals:
+            H::new().up(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(2_000).renew(1, 1, o(1, 1))
+                .at(4_000).renew(1, 1, o(1, 1))
+                .at(5_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .build()
+            => [LONG_EXECUTION, RENEWAL_SAVED];
+        an_orphan_claimed_again_by_its_owner:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(15_000).orphaned(3, o(1, 1), vec![])
+                .attempt_ok(15_100, 3, 2, o(1, 1))
+                .build()
+            => [ORPHAN_RELEASED, SAME_OWNER_RECLAIM];
+        a_budget_spent_to_the_end:
+            {
+                let mut h = H::new().up(o(1, 1)).created(1, TaskKind::Job);
+                for k in 1..=3u32 {
+                    let at = h.now() + 10_000;
+                    let retry = (k < 3).then_some(at + 100 + 1_000 * (1 << (k - 1)));
+                    h = h.at(at).grant(1, k, o(1, 1)).permit(o(1, 1), 1, k).started(1, k, o(1, 1))
+                        .at(at + 100).finished(1, k, o(1, 1), false).failed(1, k, o(1, 1), k, retry).unpermit(o(1, 1), 1, k);
+                }
+                h.build()
+            }
+            => [CONFLICT_RETRIED, RETRIES_EXHAUSTED];
+    }
+
+    #[test]
+    fn names_are_unique_kebab_case_and_described() {
+        let mut seen = BTreeSet::new();
+        for p in POINTS {
+            assert!(seen.insert(p.name), "{} listed twice", p.name);
+            assert!(p.name.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{} is not kebab-case", p.name);
+            assert!(!p.about.is_empty(), "{} has no description", p.name);
+        }
+        assert!(POINTS.len() >= 25, "only {} coverage points", POINTS.len());
+        assert!(POINTS.len() <= 64, "a run's reached points are one bit each in a u64");
+    }
+}

@@ -1,0 +1,168 @@
+//! eventual-completion (liveness): once the completion bound after the heal
+//! has passed, every task is terminal (done, or dead after a terminal
+//! failure) and every pipeline created before the heal has all its stages
+//! done; and no stage task outlives its done stage (an orphan).
+//!
+//! Judged at the end of the run, from the store's rows (store seam).
+
+use super::view::TaskView;
+use super::{Checker, Ctx, Violation};
+use leasesim_vocab::ids::StageRef;
+use leasesim_vocab::task::{TaskKind, TaskState};
+
+pub const NAME: &str = "eventual-completion";
+
+#[derive(Default)]
+pub struct EventualCompletion {
+    evaluations: u64,
+}
+
+fn describe(t: &TaskView) -> String {
+    match (t.state(), t.row.owner) {
+        (TaskState::Leased, Some(owner)) => format!("leased to attempt {} ({owner})", t.row.attempt),
+        (TaskState::Leased, None) => format!("leased to attempt {}", t.row.attempt),
+        _ => format!("ready after {} attempts", t.row.attempt),
+    }
+}
+
+impl EventualCompletion {
+    fn judge_tasks(&mut self, end_ms: u64, heal: u64, due: bool, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let bound = ctx.spec.bounds.completion_bound_ms;
+        for (&id, t) in &ctx.view.tasks {
+            self.evaluations += 1;
+            if t.terminal() {
+                continue;
+            }
+            let orphan_of = (t.kind() == TaskKind::Stage)
+                .then(|| t.stage())
+                .flatten()
+                .and_then(|s| ctx.view.stages.get(&s).and_then(|v| v.done).map(|(at, _)| (s, at)));
+            let message = match orphan_of {
+                Some((stage, done_ms)) => format!(
+                    "t{id}: orphan stage task, still {} at the end ({end_ms} ms) although stage {stage} was done at {done_ms} ms",
+                    describe(t)
+                ),
+                None if due => format!(
+                    "t{id}: still {} at the end ({end_ms} ms), {} ms after heal (completion bound {bound} ms)",
+                    describe(t),
+                    end_ms - heal
+                ),
+                None => continue,
+            };
+            let mut v = Violation::new(NAME, end_ms, message).task(id);
+            if t.row.attempt > 0 {
+                v = v.attempt(t.row.attempt);
+            }
+            if let Some(owner) = t.row.owner {
+                v = v.process(owner);
+            }
+            out.push(v);
+        }
+    }
+
+    fn judge_pipelines(&mut self, end_ms: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        for (&pipeline, &created_ms) in &ctx.view.pipelines {
+            if created_ms >= heal {
+                continue;
+            }
+            self.evaluations += 1;
+            // A stage whose task died ends its pipeline: nothing is left to run.
+            let failed = ctx.view.stages.iter().any(|(stage, s)| {
+                stage.pipeline == pipeline
+                    && s.row.task.and_then(|t| ctx.view.task(t)).is_some_and(|t| t.state() == TaskState::Dead)
+            });
+            if failed {
+                continue;
+            }
+            let open: Vec<StageRef> = ctx
+                .view
+                .stages
+                .iter()
+                .filter(|(stage, s)| stage.pipeline == pipeline && s.done.is_none())
+                .map(|(stage, _)| *stage)
+                .collect();
+            if let Some(first) = open.first() {
+                let mut v = Violation::new(
+                    NAME,
+                    end_ms,
+                    format!(
+                        "pipeline {pipeline} (created at {created_ms} ms) still has {} stages not done at the end ({end_ms} ms), from {first} on",
+                        open.len()
+                    ),
+                );
+                if let Some(task) = ctx.view.stages.get(first).and_then(|s| s.row.task) {
+                    v = v.task(task);
+                }
+                out.push(v);
+            }
+        }
+    }
+}
+
+impl Checker for EventualCompletion {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "every task is terminal and every pipeline done within the completion bound after heal; no orphan stage tasks remain"
+    }
+
+    fn on_record(&mut self, _rec: &leasesim_vocab::history::Record, _ctx: &Ctx, _out: &mut Vec<Violation>) {}
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let heal = ctx.view.heal_or(end_ms);
+        let due = end_ms >= heal + ctx.spec.bounds.completion_bound_ms;
+        self.judge_tasks(end_ms, heal, due, ctx, out);
+        if due {
+            self.judge_pipelines(end_ms, heal, ctx, out);
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::task::TaskKind;
+
+    cases! {
+        every_task_terminal_passes:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .attempt_ok(10, 1, 1, o(1, 1))
+                .at(200).grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(300).finished(2, 1, o(1, 1), false).failed(2, 1, o(1, 1), 3, None).unpermit(o(1, 1), 2, 1)
+                .at(1_000).heal()
+                .at(6_000).end().build()
+            => &[("retry-budget", Some(2))];
+        unfinished_before_the_bound_passes:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).heal()
+                .at(5_999).end().build()
+            => PASS;
+        task_still_leased_at_the_end:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).heal()
+                .at(6_000).end().build()
+            => &[(NAME, Some(1))];
+        orphan_stage_task_remains:
+            H::new().up(o(1, 1)).pipeline(3, 1).created_stage(4, 3, 0)
+                .at(10).grant(4, 1, o(1, 1)).permit(o(1, 1), 4, 1).started(4, 1, o(1, 1))
+                .at(100).finished(4, 1, o(1, 1), true).cleared_link(4, 1, o(1, 1))
+                .at(1_000).heal()
+                .at(1_500).end().build()
+            => &[(NAME, Some(4))];
+        pipeline_stuck_after_its_first_stage:
+            H::new().up(o(1, 1)).pipeline(3, 2).created_stage(4, 3, 0)
+                .attempt_ok(10, 4, 1, o(1, 1))
+                .at(1_000).heal()
+                .at(6_000).end().build()
+            => &[(NAME, None)];
+    }
+}

@@ -1,0 +1,223 @@
+//! keepalive: a live, connected worker keeps what it holds alive. It sends a
+//! heartbeat at least every `heartbeat_interval_ms` (plus one RPC deadline),
+//! and while a task body runs it sends a renewal before the lease expires
+//! (the lease is renewed once its remaining time drops to TTL /
+//! `renew_divisor`).
+//!
+//! Judged at the store seam: a heartbeat or renewal counts when it reached
+//! the store process, whatever the harness then did to it (a fault that
+//! drops it is the harness's doing, not the worker's). Only intervals in
+//! which the worker was up, running and connected, and its clock was not
+//! off by more than the renewal margin, are judged.
+
+use super::{promise, Checker, Ctx, Violation};
+use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::ids::{Fence, Owner};
+use leasesim_vocab::op::Op;
+use leasesim_vocab::truth::{Fact, Sender};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const NAME: &str = "keepalive";
+
+/// Slack on a heartbeat gap (timer and network jitter).
+const SLACK_MS: u64 = 1_000;
+
+#[derive(Default)]
+pub struct Keepalive {
+    /// Per owner: when its last heartbeat reached the store.
+    heartbeat: BTreeMap<Owner, u64>,
+    /// Per attempt: when its renewals reached the store.
+    renewals: BTreeMap<Fence, Vec<u64>>,
+    /// Lease expiries already judged: (attempt, expiry).
+    judged: BTreeSet<(Fence, u64)>,
+    /// Owners already reported for silence.
+    silent: BTreeSet<Owner>,
+    /// The millisecond last judged.
+    judged_ms: Option<u64>,
+    evaluations: u64,
+}
+
+impl Keepalive {
+    fn note(&mut self, now: u64, rec: &Record) {
+        match &rec.entry {
+            Entry::Truth(Fact::Arrived { from: Sender::Worker(owner), request, .. }) => match request {
+                Op::Heartbeat { .. } => {
+                    self.heartbeat.insert(*owner, now);
+                }
+                Op::Renew { fence } => self.renewals.entry(*fence).or_default().push(now),
+                _ => {}
+            },
+            Entry::World(WorldEvent::ProcessUp { owner }) => {
+                self.heartbeat.entry(*owner).or_insert(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Since when the worker could have been expected to reach the store:
+    /// its start, its last resume or rejoin, its last heartbeat.
+    fn judge_heartbeats(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let gap = promise::heartbeat_gap_ms(ctx.promises()) + SLACK_MS;
+        for (owner, o) in &ctx.view.owners {
+            if !o.alive() || self.silent.contains(owner) {
+                continue;
+            }
+            let p = ctx.view.procs.get(&owner.proc);
+            if p.is_some_and(|p| p.paused_now() || p.partitions.last().is_some_and(|(_, end)| end.is_none())) {
+                continue;
+            }
+            let last_back = p.map_or(0, |p| {
+                let resumed = p.pauses.last().and_then(|(_, e)| *e).unwrap_or(0);
+                let rejoined = p.partitions.last().and_then(|(_, e)| *e).unwrap_or(0);
+                resumed.max(rejoined)
+            });
+            let since = self.heartbeat.get(owner).copied().unwrap_or(0).max(last_back).max(o.up_ms.unwrap_or(0));
+            self.evaluations += 1;
+            if now > since + gap {
+                self.silent.insert(*owner);
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "{owner} is up, running and connected, but no heartbeat of it reached the store from {since} ms \
+                             to {now} ms (interval {} ms)",
+                            ctx.promises().heartbeat_interval_ms
+                        ),
+                    )
+                    .process(*owner),
+                );
+            }
+        }
+    }
+
+    fn judge_leases(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let cfg = ctx.promises();
+        for id in &ctx.view.leased {
+            let Some(t) = ctx.view.task(*id) else { continue };
+            let (Some(expiry), Some(owner)) = (t.row.lease_expiry_ms, t.row.owner) else { continue };
+            let fence = Fence { task: *id, attempt: t.row.attempt, owner };
+            if expiry > now || !self.judged.insert((fence, expiry)) {
+                continue;
+            }
+            let Some(margin) = promise::renew_margin_ms(cfg, t.kind()) else { continue };
+            let from = expiry.saturating_sub(margin);
+            let offset = ctx.view.procs.get(&owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs());
+            let running = ctx
+                .view
+                .bodies
+                .get(&fence)
+                .is_some_and(|b| b.started_ms <= from && b.ended_ms.is_none_or(|e| e > expiry));
+            if !running
+                || !ctx.view.live_throughout(owner, from, expiry)
+                || offset + promise::NET_LATENCY_MAX_MS >= margin
+            {
+                continue;
+            }
+            self.evaluations += 1;
+            let window = from.saturating_sub(offset + promise::NET_LATENCY_MAX_MS);
+            let renewed = self.renewals.get(&fence).is_some_and(|at| at.iter().any(|&a| a >= window && a <= expiry));
+            if !renewed {
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{id}: the lease of attempt {} ({owner}) expired at {expiry} ms while its body ran and {owner} \
+                             was up and connected, but no renewal of it reached the store after {window} ms (renew margin {margin} ms)",
+                            fence.attempt
+                        ),
+                    )
+                    .fence(&fence),
+                );
+            }
+        }
+    }
+}
+
+impl Checker for Keepalive {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store seam: a live, connected worker heartbeats every interval, and renews a running body's lease before it expires"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        // Judged at the first record of each millisecond: nothing later in
+        // the same millisecond can make a worker newly silent (heartbeats,
+        // resumes and restarts only move `since` forward) or a lease newly
+        // expired (a grant or renewal moves its expiry past now).
+        if self.judged_ms != Some(now) {
+            self.judged_ms = Some(now);
+            self.judge_heartbeats(now, ctx, out);
+            self.judge_leases(now, ctx, out);
+        }
+        self.note(now, rec);
+    }
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.judge_heartbeats(end_ms, ctx, out);
+        self.judge_leases(end_ms, ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::task::TaskKind;
+
+    /// p1 runs workflow task t1 (3 s lease, renewed 1 s before expiry) from 10 ms.
+    fn running() -> H {
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+    }
+
+    cases! {
+        renewed_in_time_and_heartbeating_passes:
+            running().at(2_010).renew(1, 1, o(1, 1)).at(4_010).renew(1, 1, o(1, 1))
+                .at(5_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(100_000).heartbeat(o(1, 1))
+                .at(200_000).heartbeat(o(1, 1))
+                .build()
+            => PASS;
+        lease_lost_without_a_renewal:
+            running().at(3_010).released(1, 1, o(1, 1))
+                .at(4_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1)), ("fenced-completion", Some(1))];
+        paused_owner_loses_its_lease_passes:
+            running().at(1_000).paused(1).at(3_010).released(1, 1, o(1, 1))
+                .at(4_000).resumed(1).finished(1, 1, o(1, 1), true).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
+        partitioned_owner_loses_its_lease_passes:
+            running().at(1_000).partitioned(1).at(3_010).released(1, 1, o(1, 1))
+                .at(4_000).rejoined(1).finished(1, 1, o(1, 1), true).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
+        clock_far_behind_excuses_a_late_renewal:
+            H::new().up(o(1, 1)).offset(1, -1_500).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(3_010).released(1, 1, o(1, 1))
+                .at(4_000).finished(1, 1, o(1, 1), true).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
+        silent_worker:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).at(120_000).heartbeat(o(1, 1)).build()
+            => &[(NAME, None)];
+    }
+}

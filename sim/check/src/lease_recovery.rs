@@ -1,0 +1,161 @@
+//! expired-lease-recovery (liveness): after the heal, an expired lease is
+//! reclaimed within the recovery bound, whatever other leases of its group
+//! are doing; and a dead owner's heartbeat-owned task is released within one
+//! cleanup interval plus the recovery bound after its owner counts as dead.
+//!
+//! An owner counts as dead once a newer incarnation of its process reached
+//! the store, or once it has been silent at the store for `dead_after_ms`.
+//! Judged from the store's rows (store seam) and liveness (store seam and
+//! process control).
+
+use super::{Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::{Owner, TaskId};
+use std::collections::BTreeSet;
+
+pub const NAME: &str = "expired-lease-recovery";
+
+#[derive(Default)]
+pub struct LeaseRecovery {
+    reported: BTreeSet<TaskId>,
+    evaluations: u64,
+}
+
+/// Since when `owner` counts as dead by the engine's promise (`None`: alive).
+fn dead_since(ctx: &Ctx, owner: Owner) -> Option<u64> {
+    let o = ctx.view.owner(owner)?;
+    let superseded = ctx
+        .view
+        .owners
+        .iter()
+        .filter(|(other, _)| other.proc == owner.proc && other.incarnation > owner.incarnation)
+        .filter_map(|(_, v)| v.first_seen_ms)
+        .min();
+    let silent = o.last_heartbeat_ms.or(o.first_seen_ms).map(|last| last + ctx.promises().dead_after_ms);
+    match (superseded, silent) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl LeaseRecovery {
+    fn judge(&mut self, now: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let cfg = ctx.promises();
+        let bound = ctx.spec.bounds.recovery_bound_ms;
+        for &id in &ctx.view.leased {
+            let Some(t) = ctx.view.task(id) else { continue };
+            if self.reported.contains(&id) {
+                continue;
+            }
+            let (from, why, allowed) = match (t.row.lease_expiry_ms, t.row.owner) {
+                (Some(expiry), _) => (expiry.max(heal), format!("its lease expired at {expiry} ms"), bound),
+                (None, Some(owner)) => match dead_since(ctx, owner) {
+                    Some(dead) => (
+                        dead.max(heal),
+                        format!("its owner {owner} counts as dead since {dead} ms"),
+                        bound + cfg.cleanup_interval_ms,
+                    ),
+                    None => continue,
+                },
+                (None, None) => continue,
+            };
+            if from > now {
+                continue;
+            }
+            self.evaluations += 1;
+            if now <= from + allowed {
+                continue;
+            }
+            self.reported.insert(id);
+            let mut v = Violation::new(
+                NAME,
+                now,
+                format!(
+                    "t{id}: attempt {} still holds the task at {now} ms, {} ms after {from} ms; {why} (allowed {allowed} ms)",
+                    t.row.attempt,
+                    now - from
+                ),
+            )
+            .task(id)
+            .attempt(t.row.attempt);
+            if let Some(owner) = t.row.owner {
+                v = v.process(owner);
+            }
+            out.push(v);
+        }
+    }
+}
+
+impl Checker for LeaseRecovery {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "after heal, an expired lease is reclaimed within the recovery bound, and a dead owner's task within one cleanup interval more"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        if let Some(heal) = ctx.view.heal_ms {
+            self.judge(rec.at_ms, heal, ctx, out);
+        }
+    }
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.judge(end_ms, ctx.view.heal_or(end_ms), ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::Op;
+    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::testimony::ReleaseCause;
+
+    cases! {
+        expired_lease_reclaimed_in_time_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(500).killed(o(1, 1))
+                .at(600).heal()
+                // expired at 3010, bound 2000: reclaimed by 5010
+                .at(5_000).released(1, 1, o(2, 1))
+                .attempt_ok(5_100, 1, 2, o(2, 1))
+                .at(20_000).end().build()
+            => PASS;
+        expired_lease_hidden_behind_a_live_one:
+            // The activity (t2) stays healthy; the workflow task (t1) expired
+            // at 3010 and nobody reclaims it.
+            H::new().up(o(1, 1)).up(o(2, 1))
+                .created_in(1, TaskKind::WorkflowTask, 7).created_in(2, TaskKind::Activity, 7)
+                .at(10).grant(1, 1, o(1, 1)).grant(2, 1, o(2, 1))
+                .at(500).killed(o(1, 1))
+                .at(600).heal()
+                .at(5_011).end().build()
+            => &[(NAME, Some(1))];
+        dead_owners_job_released_in_time_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(50).killed(o(1, 1))
+                .at(60).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(100).heal()
+                .at(2_000).released_by(3, o(2, 1), Op::ReleaseDead { by: o(2, 1) }, ReleaseCause::DeadOwner)
+                .build()
+            => PASS;
+        dead_owners_job_kept_past_cleanup:
+            // Superseded at 60 ms: released within cleanup (30 s) + 2 s.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(50).killed(o(1, 1))
+                .at(60).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(100).heal()
+                .at(32_101).end().build()
+            => &[(NAME, Some(3)), ("eventual-completion", Some(3))];
+    }
+}

@@ -1,0 +1,260 @@
+//! lease-revocation: a lease is taken from its holder only for a reason the
+//! harness can justify from ground truth.
+//!
+//! Judged at every commit (store seam) that leaves a leased task no longer
+//! held by its attempt, other than by that attempt's own outcome write. The
+//! reasons, all from what the harness itself saw:
+//!
+//! - the lease had expired at store time (its committed expiry);
+//! - for a heartbeat-owned task (no expiry), the holder's process was dead:
+//!   killed (process control), or silent at the store for `dead_after_ms`
+//!   (no heartbeat of it applied, and none of its requests reached the store
+//!   before, for that long); a lease with an expiry outlives its holder;
+//! - the holder released it itself (same-owner recovery): its body was not
+//!   running or finalizing when it sent the request nor when the store
+//!   applied it, and the grant was older than a claim answer can be when it
+//!   sent the request.
+//!
+//! A revocation without a reason is a violation even when the fence then
+//! keeps the old attempt's writes out: the owner lost work it still held.
+
+use super::view::RequestView;
+use super::{answer, commit, fact, lost_holder, promise, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::{Fence, Owner};
+use leasesim_vocab::op::Op;
+use leasesim_vocab::task::Row;
+use leasesim_vocab::truth::{Fact, Sender};
+
+pub const NAME: &str = "lease-revocation";
+
+/// Latency between a worker and the store seam, on top of clock offsets.
+const CLOCK_SLACK_MS: u64 = 1_000;
+
+#[derive(Default)]
+pub struct LeaseRevocation {
+    evaluations: u64,
+}
+
+/// Is the holder's own outcome write what ended its lease?
+fn own_outcome(holder: &Fence, request: Option<&RequestView>) -> bool {
+    let Some(r) = request else { return false };
+    let fence = match &r.request {
+        Op::Complete { fence } | Op::Fail { fence, .. } => fence,
+        _ => return false,
+    };
+    fence == holder && r.from == Sender::Worker(holder.owner)
+}
+
+/// When `owner` was last seen alive at the store: its last applied
+/// heartbeat, or else its first request.
+fn last_sign_of_life(ctx: &Ctx, owner: Owner) -> Option<u64> {
+    let o = ctx.view.owner(owner)?;
+    o.last_heartbeat_ms.or(o.first_seen_ms)
+}
+
+/// Why the holder's lease could be taken at `now`, or why it could not.
+pub(super) fn justify(
+    ctx: &Ctx,
+    holder: &Fence,
+    before: &Row,
+    now: u64,
+    request: Option<&RequestView>,
+) -> Result<String, String> {
+    let cfg = ctx.promises();
+    if let Some(expiry) = before.lease_expiry_ms {
+        if expiry <= now {
+            return Ok(format!("its lease expired at {expiry} ms"));
+        }
+    }
+    let owner = holder.owner;
+    // A lease with an expiry is the engine's promise to its holder until
+    // then: nothing but the expiry or the holder's own release may end it,
+    // not even the holder's death (no engine path takes a leased kind from
+    // a dead owner early; a reclaim that did would be a too-eager reclaim).
+    let dead_may_lose = before.lease_expiry_ms.is_none();
+    if let Some(killed) = ctx.view.killed(owner).filter(|&k| dead_may_lose && k <= now) {
+        return Ok(format!("{owner} was killed at {killed} ms"));
+    }
+    let last = last_sign_of_life(ctx, owner);
+    let silent_since = last.unwrap_or(0);
+    if dead_may_lose && now.saturating_sub(silent_since) >= cfg.dead_after_ms {
+        return Ok(format!("{owner} was silent at the store since {silent_since} ms"));
+    }
+    if let Some(r) = request.filter(|r| r.from == Sender::Worker(owner)) {
+        if let Op::ReleaseOrphans { .. } = r.request {
+            // The owner listed what it runs just before the request reached
+            // the store; its clock may be off by its offset.
+            let listed = r.arrived_ms;
+            let active = ctx.view.active(holder, listed) || ctx.view.active(holder, now);
+            let granted = ctx.view.grants.get(holder).copied().unwrap_or(0);
+            let skew = ctx.view.procs.get(&owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs()) + CLOCK_SLACK_MS;
+            if !active && listed + skew > granted + promise::orphan_age_ms(cfg) {
+                return Ok(format!(
+                    "{owner} released it itself, not running it, {} ms after the grant",
+                    listed - granted.min(listed)
+                ));
+            }
+        }
+    }
+    let lease = match before.lease_expiry_ms {
+        Some(e) => format!("its lease runs until {e} ms"),
+        None => "it is owned by heartbeat".to_string(),
+    };
+    let seen = match last {
+        Some(at) => format!("{owner} was last seen alive at the store at {at} ms"),
+        None => format!("{owner} never reached the store"),
+    };
+    Err(format!("{lease}, {seen} (dead after {} ms), and it did not release the task itself", cfg.dead_after_ms))
+}
+
+impl Checker for LeaseRevocation {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store seam: a lease is taken from its holder only when it expired, the owner of a heartbeat-owned task was dead or silent for dead_after_ms, or the owner released it itself"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        let Some(commit) = commit(rec) else { return };
+        let answered = answer(rec, ctx);
+        let request = answered.as_ref().map(|a| a.request);
+        // Named only for a violation: most commits revoke nothing.
+        let by = || match (request, fact(rec)) {
+            (Some(r), _) => format!("{} from {}", r.request.op_name(), r.from),
+            (None, Some(Fact::Drift { .. })) => "a change outside any request".to_string(),
+            _ => "an unknown request".to_string(),
+        };
+        for change in &commit.tasks {
+            let Some(holder) = lost_holder(change) else { continue };
+            if own_outcome(&holder, request) {
+                continue;
+            }
+            self.evaluations += 1;
+            let before = change.before.as_ref().expect("a lost holder had a row");
+            if let Err(why) = justify(ctx, &holder, before, now, request) {
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{}: lease of attempt {} ({}) taken away at {now} ms by {}, but {why}",
+                            holder.task,
+                            holder.attempt,
+                            holder.owner,
+                            by()
+                        ),
+                    )
+                    .fence(&holder),
+                );
+            }
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::Op;
+    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::testimony::ReleaseCause;
+
+    cases! {
+        expired_lease_reclaimed_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_010).released(1, 1, o(2, 1))
+                .build()
+            => PASS;
+        lease_reclaimed_before_its_expiry:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_009).released(1, 1, o(2, 1))
+                .build()
+            => &[(NAME, Some(1))];
+        killed_owners_lease_reclaimed_before_its_expiry:
+            // A too-eager reclaim: p1 is dead, but its workflow lease (3 s
+            // TTL in this world) runs until 3_010 ms; its death is no reason.
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).killed(o(1, 1))
+                .at(3_009).released(1, 1, o(2, 1))
+                .build()
+            => &[(NAME, Some(1))];
+        killed_owners_lease_reclaimed_at_its_expiry_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(1_000).killed(o(1, 1))
+                .at(3_010).released(1, 1, o(2, 1))
+                .build()
+            => PASS;
+        heartbeat_owned_task_of_a_live_owner_reclaimed:
+            // The b-machines shape: reclaim of "expired" leases takes a job
+            // whose owner heartbeats on time.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1))
+                .at(90_000).heartbeat(o(1, 1))
+                .at(100_000).released(2, 1, o(2, 1))
+                .build()
+            => &[(NAME, Some(2))];
+        silent_owner_released_passes:
+            // p1 hangs (paused) and stays silent for dead_after_ms.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1)).paused(1)
+                .at(100_000).heartbeat(o(2, 1))
+                .at(200_000).released_by(2, o(2, 1), Op::ReleaseDead { by: o(2, 1) }, ReleaseCause::DeadOwner)
+                .build()
+            => PASS;
+        owner_released_as_dead_one_ms_early:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1)).paused(1)
+                .at(100_000).heartbeat(o(2, 1))
+                .at(199_999).released_by(2, o(2, 1), Op::ReleaseDead { by: o(2, 1) }, ReleaseCause::DeadOwner)
+                .build()
+            => &[(NAME, Some(2))];
+        killed_owner_released_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1))
+                .at(50).killed(o(1, 1))
+                .at(60).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(70).released_by(2, o(2, 1), Op::ReleaseDead { by: o(2, 1) }, ReleaseCause::DeadOwner)
+                .build()
+            => PASS;
+        own_orphan_released_passes:
+            // The grant's answer never reached p1: it is not running t3.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(15_000).orphaned(3, o(1, 1), vec![])
+                .build()
+            => PASS;
+        orphan_release_of_a_running_task:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1)).permit(o(1, 1), 3, 1).started(3, 1, o(1, 1))
+                .at(15_000).orphaned(3, o(1, 1), vec![])
+                .build()
+            => &[(NAME, Some(3))];
+        orphan_release_of_a_fresh_grant:
+            // Its claim answer may still be on the way: too young to be an orphan.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(5_000).orphaned(3, o(1, 1), vec![])
+                .build()
+            => &[(NAME, Some(3))];
+        repair_takes_a_healthy_member_of_the_group:
+            H::new().up(o(1, 1)).up(o(2, 1)).created_in(1, TaskKind::WorkflowTask, 7).created_in(2, TaskKind::Activity, 7)
+                .at(10).grant(1, 1, o(1, 1)).grant(2, 1, o(2, 1))
+                .at(3_100)
+                .released_by(1, o(2, 1), Op::Repair { by: o(2, 1) }, ReleaseCause::Repair)
+                .released_by(2, o(2, 1), Op::Repair { by: o(2, 1) }, ReleaseCause::Repair)
+                .build()
+            => &[(NAME, Some(2))];
+    }
+}

@@ -1,0 +1,308 @@
+//! Invariant checkers.
+//!
+//! Each checker judges the history on its own, one record at a time, against
+//! the checkers' own model of the world ([`view::View`]), which is rebuilt
+//! from ground truth alone: what the harness saw at the seams it owns
+//! ([`leasesim_vocab::truth::Fact`]). The engine's own events are testimony; the
+//! checkers that read them cross-check them against ground truth. No checker
+//! calls into an engine: they read the harness's vocabulary (this crate
+//! depends on `leasesim-vocab` alone) and the promises the engine's adapter
+//! declared as plain values ([`Spec`]), and re-derive every deadline
+//! themselves ([`promise`]), so they can disagree with the engine.
+//!
+//! An invariant about something an engine cannot do ([`Checker::applies`],
+//! from its [`Capabilities`]) is reported not applicable, never passed.
+//!
+//! [`check`] feeds every record, in history order, to every checker (the view
+//! still shows the world just before that record), then applies the record
+//! to the view; at the end each checker gets a last look at the final world.
+//! Only the first violation per (invariant, task) is kept.
+
+mod claim_progress;
+mod concurrency;
+pub mod coverage;
+mod enqueue_once;
+mod eventual_completion;
+mod exactly_once;
+mod execution;
+mod fenced_completion;
+mod keepalive;
+mod lease_recovery;
+mod lease_revocation;
+mod lease_terms;
+mod materialization;
+mod no_resurrection;
+mod outcome_truth;
+mod permit_leak;
+pub mod promise;
+mod query_truth;
+mod reconciliation;
+mod retry_budget;
+mod retry_clock;
+mod single_flight;
+mod single_owner;
+mod stage_order;
+mod store_reply;
+mod testimony;
+mod transactions;
+pub mod view;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+
+use leasesim_vocab::history::{Entry, Record};
+use leasesim_vocab::ids::{Fence, Owner, TaskId};
+use leasesim_vocab::op::Response;
+use leasesim_vocab::promise::{Bounds, Capabilities, Phases, Promises};
+use leasesim_vocab::task::TaskState;
+use leasesim_vocab::truth::{Commit, Fact, Reply, TaskChange};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use view::{RequestView, View};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub invariant: String,
+    pub at_ms: u64,
+    pub task: Option<u64>,
+    pub attempt: Option<u32>,
+    pub process: Option<String>,
+    pub message: String,
+}
+
+impl Violation {
+    /// A violation of `invariant` at `at_ms`, with nothing else filled in.
+    pub fn new(invariant: &str, at_ms: u64, message: impl Into<String>) -> Self {
+        Violation {
+            invariant: invariant.to_string(),
+            at_ms,
+            task: None,
+            attempt: None,
+            process: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn task(mut self, task: TaskId) -> Self {
+        self.task = Some(task);
+        self
+    }
+
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
+        self
+    }
+
+    pub fn process(mut self, owner: Owner) -> Self {
+        self.process = Some(owner.to_string());
+        self
+    }
+
+    /// The task, attempt and process of one attempt's fence.
+    pub fn fence(self, fence: &Fence) -> Self {
+        self.task(fence.task).attempt(fence.attempt).process(fence.owner)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub violations: Vec<Violation>,
+    /// Per invariant: how many times its predicate was evaluated.
+    pub checks: BTreeMap<String, u64>,
+    /// The coverage points the run reached.
+    pub coverage: BTreeSet<String>,
+    /// Invariants that do not apply to the engine (what they judge is
+    /// something it cannot do).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub not_applicable: BTreeSet<String>,
+}
+
+/// What the checkers hold a run to: the engine's declared promises and
+/// capabilities, and the scenario's phases and liveness bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub promises: Promises,
+    pub caps: Capabilities,
+    pub phases: Phases,
+    pub bounds: Bounds,
+}
+
+/// What every checker sees: the spec and the world just before the record
+/// being judged (or, in `finish`, the world at the end).
+pub struct Ctx<'a> {
+    pub spec: &'a Spec,
+    pub view: View,
+}
+
+impl Ctx<'_> {
+    pub fn promises(&self) -> &Promises {
+        &self.spec.promises
+    }
+}
+
+pub trait Checker {
+    /// The invariant's stable kebab-case name.
+    fn name(&self) -> &'static str;
+    /// One line: what the invariant judges, and from which seam.
+    fn about(&self) -> &'static str;
+    /// Judges one record; time has advanced to `rec.at_ms`.
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>);
+    /// The last look, at `end_ms`, once every record has been applied.
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let _ = (end_ms, ctx, out);
+    }
+    /// How many times the checker evaluated its predicate on something real.
+    fn evaluations(&self) -> u64;
+    /// Does the invariant judge something this engine can do?
+    fn applies(&self, caps: &Capabilities) -> bool {
+        let _ = caps;
+        true
+    }
+}
+
+/// A fresh instance of every checker, in listing order.
+pub fn checkers() -> Vec<Box<dyn Checker>> {
+    vec![
+        // safety, judged at the store seam
+        Box::new(fenced_completion::FencedCompletion::default()),
+        Box::new(single_owner::SingleOwner::default()),
+        Box::new(lease_revocation::LeaseRevocation::default()),
+        Box::new(lease_terms::LeaseTerms::default()),
+        Box::new(retry_clock::RetryClock::default()),
+        Box::new(retry_budget::RetryBudget::default()),
+        Box::new(no_resurrection::NoResurrection::default()),
+        Box::new(stage_order::StageOrder::default()),
+        Box::new(exactly_once::ExactlyOnce::default()),
+        Box::new(enqueue_once::EnqueueOnce::default()),
+        Box::new(store_reply::StoreReply::default()),
+        Box::new(transactions::Transactions::default()),
+        Box::new(query_truth::QueryTruth::default()),
+        Box::new(single_flight::SingleFlight::default()),
+        Box::new(reconciliation::Reconciliation::default()),
+        // safety, judged at the task-body seam and from testimony
+        Box::new(execution::ExecutionExclusive::default()),
+        Box::new(concurrency::ConcurrencyBound::default()),
+        Box::new(outcome_truth::OutcomeTruth::default()),
+        Box::new(keepalive::Keepalive::default()),
+        Box::new(permit_leak::PermitLeak::default()),
+        Box::new(testimony::Testimony::default()),
+        // liveness, after the heal
+        Box::new(claim_progress::ClaimProgress::default()),
+        Box::new(lease_recovery::LeaseRecovery::default()),
+        Box::new(materialization::Materialization::default()),
+        Box::new(eventual_completion::EventualCompletion::default()),
+    ]
+}
+
+/// Every invariant: stable name and one-line description (`cargo sim list`).
+pub fn invariants() -> Vec<(&'static str, &'static str)> {
+    checkers().iter().map(|c| (c.name(), c.about())).collect()
+}
+
+/// Keeps the first violation per (invariant, task), in history order.
+#[derive(Default)]
+struct Sink {
+    seen: BTreeSet<(String, Option<u64>)>,
+    kept: Vec<Violation>,
+}
+
+impl Sink {
+    fn take(&mut self, found: &mut Vec<Violation>) {
+        for v in found.drain(..) {
+            if self.seen.insert((v.invariant.clone(), v.task)) {
+                self.kept.push(v);
+            }
+        }
+    }
+}
+
+/// Runs every checker that applies over `history` (in order) and collects
+/// what they found.
+pub fn check(spec: &Spec, history: &[Record]) -> Report {
+    let mut ctx = Ctx { spec, view: View::new(spec) };
+    let (mut checkers, not_applicable): (Vec<_>, Vec<_>) = checkers().into_iter().partition(|c| c.applies(&spec.caps));
+    let mut sink = Sink::default();
+    let mut found = Vec::new();
+    let mut coverage = coverage::Coverage::default();
+    for rec in history {
+        for c in checkers.iter_mut() {
+            c.on_record(rec, &ctx, &mut found);
+        }
+        coverage.on_record(rec, &ctx);
+        sink.take(&mut found);
+        ctx.view.apply(rec);
+    }
+    // `End` is the last record; without one, the run ended at the last record.
+    let end_ms = history.last().map_or(0, |r| r.at_ms);
+    for c in checkers.iter_mut() {
+        c.finish(end_ms, &ctx, &mut found);
+    }
+    sink.take(&mut found);
+    let checks = checkers.iter().map(|c| (c.name().to_string(), c.evaluations())).collect();
+    let coverage = coverage.reached().iter().map(|p| p.to_string()).collect();
+    let not_applicable = not_applicable.iter().map(|c| c.name().to_string()).collect();
+    Report { violations: sink.kept, checks, coverage, not_applicable }
+}
+
+// ---------------------------------------------------------------------------
+// Reading ground truth
+// ---------------------------------------------------------------------------
+
+/// One answered request as a checker sees it: the request (from the view,
+/// before the answer is applied), the store's answer and its commit.
+pub struct Answer<'a> {
+    pub req: u64,
+    pub request: &'a RequestView,
+    pub response: &'a Response,
+    pub commit: &'a Commit,
+    pub reply: Reply,
+}
+
+/// The answer this record is, if it is one (and its request is known).
+pub fn answer<'a>(rec: &'a Record, ctx: &'a Ctx) -> Option<Answer<'a>> {
+    let Entry::Truth(Fact::Answered { req, response, commit, reply }) = &rec.entry else {
+        return None;
+    };
+    let request = ctx.view.request(*req)?;
+    Some(Answer { req: *req, request, response, commit, reply: *reply })
+}
+
+/// The fact this record is, if it is one.
+pub fn fact(rec: &Record) -> Option<&Fact> {
+    match &rec.entry {
+        Entry::Truth(f) => Some(f),
+        _ => None,
+    }
+}
+
+/// The commit this record carries: an answer's, or a drift's.
+pub fn commit(rec: &Record) -> Option<&Commit> {
+    match &rec.entry {
+        Entry::Truth(Fact::Answered { commit, .. } | Fact::Drift { commit }) => Some(commit),
+        _ => None,
+    }
+}
+
+/// The attempt a change granted: the task is leased afterwards, to an
+/// attempt that did not hold it before.
+pub fn granted(change: &TaskChange) -> Option<Fence> {
+    let a = &change.after;
+    if a.state != TaskState::Leased {
+        return None;
+    }
+    let fence = Fence { task: a.id, attempt: a.attempt, owner: a.owner? };
+    match &change.before {
+        Some(b) if view::held_by(b, &fence) => None,
+        _ => Some(fence),
+    }
+}
+
+/// The attempt that held the task before a change and no longer does.
+pub fn lost_holder(change: &TaskChange) -> Option<Fence> {
+    let b = change.before.as_ref()?;
+    if b.state != TaskState::Leased {
+        return None;
+    }
+    let fence = Fence { task: b.id, attempt: b.attempt, owner: b.owner? };
+    (!view::held_by(&change.after, &fence)).then_some(fence)
+}

@@ -1,0 +1,239 @@
+//! no-permit-leak: what a worker says of its permits (testimony) holds up.
+//! Permits in use never exceed the configured concurrency; an attempt's
+//! permit comes back within the finalization deadline (plus slack) after its
+//! body returned; a permit is never given back while its body still runs,
+//! and no body runs without one.
+//!
+//! The permits are the engine's testimony (`PermitAcquired` /
+//! `PermitReleased`); the body's start and end come from the task-body seam.
+
+use super::{fact, Checker, Ctx, Violation};
+use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::ids::{Owner, TaskId};
+use leasesim_vocab::testimony::Event;
+use leasesim_vocab::truth::Fact;
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "no-permit-leak";
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    /// When the attempt's body returned (the release clock starts).
+    finished_ms: Option<u64>,
+    /// Already judged (reported or exempted).
+    judged: bool,
+}
+
+#[derive(Default)]
+pub struct PermitLeak {
+    held: BTreeMap<(Owner, TaskId, u32), Held>,
+    evaluations: u64,
+}
+
+impl PermitLeak {
+    /// Judges every held permit whose release deadline is behind `now`.
+    fn deadlines(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let allowed = ctx.promises().finalize_deadline_ms + ctx.spec.bounds.permit_release_slack_ms;
+        for (&(owner, task, attempt), held) in self.held.iter_mut() {
+            let Some(finished) = held.finished_ms else {
+                continue;
+            };
+            if held.judged {
+                continue;
+            }
+            let deadline = finished + allowed;
+            if now <= deadline {
+                continue;
+            }
+            self.evaluations += 1;
+            held.judged = true;
+            if ctx.view.killed(owner).is_some_and(|k| k <= deadline) {
+                continue;
+            }
+            if ctx.view.paused_between(owner.proc, finished, deadline) {
+                continue;
+            }
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{task}: permit of attempt {attempt} ({owner}) still held at {now} ms, \
+                         {} ms after its body returned at {finished} ms (allowed {allowed} ms)",
+                        now - finished
+                    ),
+                )
+                .task(task)
+                .attempt(attempt)
+                .process(owner),
+            );
+        }
+    }
+
+    fn held_now(&self, owner: Owner) -> u32 {
+        self.held.keys().filter(|(o, _, _)| *o == owner).count() as u32
+    }
+}
+
+impl Checker for PermitLeak {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "worker testimony, cross-checked at the body seam: permits never exceed concurrency, come back within the finalize deadline + slack after the body returns, and are held while it runs"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        // Time passed: judge the deadlines before this record changes anything.
+        self.deadlines(now, ctx, out);
+        match &rec.entry {
+            Entry::Engine(Event::PermitAcquired { owner, task, attempt }) => {
+                self.evaluations += 1;
+                let concurrency = ctx.promises().concurrency;
+                let in_use = self.held_now(*owner) + 1;
+                if in_use > concurrency {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{task}: {owner} holds {in_use} permits after acquiring one for attempt {attempt}, \
+                                 more than its concurrency {concurrency}"
+                            ),
+                        )
+                        .task(*task)
+                        .attempt(*attempt)
+                        .process(*owner),
+                    );
+                }
+                self.held.insert((*owner, *task, *attempt), Held::default());
+            }
+            Entry::Engine(Event::PermitReleased { owner, task, attempt }) => {
+                self.evaluations += 1;
+                let fence = leasesim_vocab::ids::Fence { task: *task, attempt: *attempt, owner: *owner };
+                if let Some(body) = ctx.view.bodies.get(&fence).filter(|b| b.ended_ms.is_none()) {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{task}: {owner} says it released the permit of attempt {attempt} at {now} ms, \
+                                 but that body still runs (since {} ms)",
+                                body.started_ms
+                            ),
+                        )
+                        .fence(&fence),
+                    );
+                }
+                self.held.remove(&(*owner, *task, *attempt));
+            }
+            Entry::World(WorldEvent::ProcessKilled { owner }) => {
+                // Its permits vanish with it; no release will come.
+                self.held.retain(|(o, _, _), _| o != owner);
+            }
+            _ => {}
+        }
+        match fact(rec) {
+            Some(Fact::BodyEnded { fence, .. }) => {
+                if let Some(held) = self.held.get_mut(&(fence.owner, fence.task, fence.attempt)) {
+                    held.finished_ms.get_or_insert(now);
+                }
+            }
+            Some(Fact::BodyStarted { fence, on, .. }) => {
+                self.evaluations += 1;
+                if !self.held.contains_key(&(*on, fence.task, fence.attempt)) {
+                    out.push(
+                        Violation::new(
+                            NAME,
+                            now,
+                            format!(
+                                "t{}: the body of attempt {} started on {on} at {now} ms without a permit held for it",
+                                fence.task, fence.attempt
+                            ),
+                        )
+                        .fence(fence),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        // Killed owners' permits were dropped at the kill: what is left is held
+        // by live owners.
+        self.deadlines(end_ms, ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::task::TaskKind;
+
+    /// t1 granted to p1.1 at 10 ms with its permit; its body runs 10..100 ms.
+    fn held() -> H {
+        H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .granted(1, 1, o(1, 1), None)
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+    }
+
+    cases! {
+        permit_released_in_time_passes:
+            // deadline 1000 + slack 500 after 100 ms: 1600 ms
+            held().at(1_600).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(5_000).end().build()
+            => PASS;
+        permit_released_late_is_a_leak:
+            held().at(1_601).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
+        permit_never_released_is_a_leak_at_end:
+            held().at(9_000).end().build()
+            => &[(NAME, Some(1))];
+        permits_beyond_concurrency_leak:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job).created(3, TaskKind::Job)
+                .at(10).permit(o(1, 1), 1, 1).permit(o(1, 1), 2, 1).permit(o(1, 1), 3, 1)
+                .build()
+            => &[(NAME, Some(3))];
+        permit_given_back_while_the_body_runs:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(50).unpermit(o(1, 1), 1, 1)
+                .at(100).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
+        body_without_a_permit:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(5_000).end().build()
+            => &[(NAME, Some(1))];
+        killed_owner_permit_is_not_a_leak:
+            held().at(500).killed(o(1, 1))
+                .at(2_000).up(o(1, 2)).orphaned(1, o(1, 1), vec![])
+                .granted(1, 2, o(1, 2), None).permit(o(1, 2), 1, 2).started(1, 2, o(1, 2))
+                .at(2_100).finished(1, 2, o(1, 2), true).completed(1, 2, o(1, 2)).callback(1, 2, o(1, 2)).unpermit(o(1, 2), 1, 2)
+                .at(9_000).end().build()
+            => PASS;
+        paused_owner_is_exempt:
+            held().at(200).paused(1)
+                .at(8_000).resumed(1)
+                .completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(9_000).end().build()
+            => PASS;
+    }
+}

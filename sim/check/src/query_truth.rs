@@ -1,0 +1,149 @@
+//! query-truth: an index query tells the truth. The store answers
+//! "materialized" exactly when the index is materialized; the application is
+//! told "materialized" only when the store had materialized it, and never the
+//! opposite of the answer the store delivered to it.
+//!
+//! Judged at the store seam (the answer against the store's materialized
+//! set, read by the harness) and the client seam (what the application was
+//! told).
+
+use super::{answer, fact, promise, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::op::{Op, Response};
+use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "query-truth";
+
+#[derive(Default)]
+pub struct QueryTruth {
+    /// Per client call: the answer the store sent it, and when.
+    delivered: BTreeMap<u64, (bool, u64)>,
+    /// Late answers (request -> (call, materialized)) until they leave.
+    late: BTreeMap<u64, (u64, bool)>,
+    evaluations: u64,
+}
+
+impl QueryTruth {
+    fn judge_store(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Some(a) = answer(rec, ctx) else { return };
+        let (Op::QueryIndex { index, .. }, Response::Query { materialized }) = (&a.request.request, a.response) else {
+            return;
+        };
+        self.evaluations += 1;
+        let truth = ctx.view.materialized.get(index).map(|(at, _)| *at);
+        if *materialized != truth.is_some() {
+            let state = truth.map_or_else(|| "it is not".to_string(), |at| format!("it was materialized at {at} ms"));
+            out.push(Violation::new(
+                NAME,
+                now,
+                format!("index {index}: the store answered materialized={materialized} at {now} ms, but {state}"),
+            ));
+        }
+        if let Sender::Client(call) = a.request.from {
+            match a.reply {
+                Reply::Sent => {
+                    self.delivered.insert(call, (*materialized, now));
+                }
+                Reply::Late => {
+                    self.late.insert(a.req, (call, *materialized));
+                }
+                Reply::Lost => {}
+            }
+        }
+    }
+
+    fn judge_client(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        match fact(rec) {
+            Some(Fact::Replied { req }) => {
+                if let Some((call, m)) = self.late.remove(req) {
+                    self.delivered.insert(call, (m, now));
+                }
+            }
+            Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } }) => {
+                let Some(c) = ctx.view.calls.get(call) else { return };
+                let ClientCall::Query { index, .. } = c.what else { return };
+                self.evaluations += 1;
+                let truth = ctx.view.materialized.get(&index).map(|(at, _)| *at);
+                // A call whose answer never arrived (lost, late past the
+                // client's deadline) may report "not materialized": it could
+                // not know better. It may never report "materialized" untrue.
+                // An answer sent just before the client's deadline may land
+                // after it: only one sent a network latency earlier counts.
+                let problem = match (*materialized, truth, self.delivered.get(call)) {
+                    (true, None, _) => Some("told materialized, but the store had not materialized it".to_string()),
+                    (false, _, Some((true, sent_ms))) if sent_ms + promise::NET_LATENCY_MAX_MS <= now => {
+                        Some("told not materialized, but the store delivered materialized".to_string())
+                    }
+                    _ => None,
+                };
+                if let Some(problem) = problem {
+                    out.push(Violation::new(
+                        NAME,
+                        now,
+                        format!("index {index}: client call {call} at {now} ms: {problem}"),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Checker for QueryTruth {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store and client seams: a query answers materialized exactly when the store had materialized the index, and the application is told what the store answered"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.judge_store(rec.at_ms, rec, ctx, out);
+        self.judge_client(rec.at_ms, rec, ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+
+    /// Index 7 is built by t1 and materialized at 110 ms.
+    fn built() -> H {
+        H::new().up(o(1, 1)).heartbeat(o(1, 1)).created_index(1, 7).attempt_ok(10, 1, 1, o(1, 1))
+    }
+
+    cases! {
+        truthful_answers_pass:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created_index(1, 7)
+                .queried(7, Some(false), false)
+                .attempt_ok(10, 1, 1, o(1, 1))
+                .at(200).queried(7, Some(true), true)
+                // No answer arrived: the application may be told "not yet".
+                .queried(7, None, false)
+                .build()
+            => PASS;
+        store_says_not_materialized_after_it_was:
+            built().at(500).answered(7, false).build()
+            => &[(NAME, None)];
+        store_says_materialized_before_it_was:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).answered(7, true).build()
+            => &[(NAME, None)];
+        client_told_ready_without_an_answer:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).queried(7, None, true).build()
+            => &[(NAME, None)];
+        client_told_the_opposite_of_the_answer:
+            built().at(500).queried_after(7, Some(true), false, 150).build()
+            => &[(NAME, None)];
+        // Sent 5 ms before the client's deadline: it may land after it.
+        answer_sent_at_the_deadline_may_miss_it:
+            built().at(500).queried_after(7, Some(true), false, 5).build()
+            => PASS;
+    }
+}

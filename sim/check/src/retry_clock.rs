@@ -1,0 +1,187 @@
+//! retry-clock: a failed task is not granted again before its failure's
+//! commit time plus the policy's backoff (`retry_base_ms * 2^(n-1)`, capped
+//! at `retry_cap_ms`), nor a scheduled task before its `not_before_ms`; a
+//! peer note carries the retry time the store committed; a peer that hears
+//! the task is ready again plans its claim no later than that time plus one
+//! idle poll.
+//!
+//! Grants and failures are judged at the store seam against the policy (not
+//! against the retry time the store chose to commit); notes at the network
+//! seam; the planned claim is the engine's testimony (`RetryPlanned`).
+
+use super::{commit, granted, promise, Checker, Ctx, Violation};
+use leasesim_vocab::history::{Entry, Record};
+use leasesim_vocab::ids::TaskId;
+use leasesim_vocab::task::TaskState;
+use leasesim_vocab::testimony::Event;
+use leasesim_vocab::truth::Fact;
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "retry-clock";
+
+#[derive(Default)]
+pub struct RetryClock {
+    /// (task, failures spent) -> the retry time the store committed then.
+    committed: BTreeMap<(TaskId, u32), u64>,
+    evaluations: u64,
+}
+
+impl RetryClock {
+    fn judge_grants(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Some(commit) = commit(rec) else { return };
+        for change in &commit.tasks {
+            let after = &change.after;
+            if after.retries > change.before.as_ref().map_or(0, |b| b.retries) && after.state == TaskState::Ready {
+                self.committed.insert((after.id, after.retries), after.retry_at_ms);
+            }
+            let Some(fence) = granted(change) else { continue };
+            self.evaluations += 1;
+            let Some(t) = ctx.view.task(fence.task) else { continue };
+            let (earliest, why) = match t.last_failure {
+                Some((failed_ms, n)) => {
+                    let at = failed_ms + promise::backoff_ms(ctx.promises(), n);
+                    (at, format!("failure {n} committed at {failed_ms} ms + backoff"))
+                }
+                None => (0, String::new()),
+            };
+            let (earliest, why) = if t.row.spec.not_before_ms > earliest {
+                (t.row.spec.not_before_ms, "its not-before time".to_string())
+            } else {
+                (earliest, why)
+            };
+            if now < earliest {
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{}: attempt {} granted to {} at {now} ms, before {earliest} ms ({why})",
+                            fence.task, fence.attempt, fence.owner
+                        ),
+                    )
+                    .fence(&fence),
+                );
+            }
+        }
+    }
+
+    fn judge_note(&mut self, now: u64, rec: &Record, out: &mut Vec<Violation>) {
+        let Entry::Truth(Fact::NoteSent { from, note }) = &rec.entry else { return };
+        let Some(&committed) = self.committed.get(&(note.task, note.retries)) else { return };
+        self.evaluations += 1;
+        if note.retry_at_ms != committed {
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{}: {from} sent a peer note after failure {} carrying retry time {} ms; the store committed {committed} ms",
+                        note.task, note.retries, note.retry_at_ms
+                    ),
+                )
+                .task(note.task)
+                .process(*from),
+            );
+        }
+    }
+
+    fn judge_plan(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Entry::Engine(Event::RetryPlanned { owner, task, retries, wake_at_ms }) = &rec.entry else { return };
+        let Some(&committed) = self.committed.get(&(*task, *retries)) else { return };
+        self.evaluations += 1;
+        let latest = committed + ctx.promises().idle_poll_ms;
+        if *wake_at_ms > latest {
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{task}: {owner} planned its claim after failure {retries} for {wake_at_ms} ms, \
+                         {} ms after the committed retry time {committed} ms (allowed: one idle poll)",
+                        wake_at_ms - committed
+                    ),
+                )
+                .task(*task)
+                .process(*owner),
+            );
+        }
+    }
+}
+
+impl Checker for RetryClock {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store and network seams: a failed task is not granted before its failure's commit time + the policy's backoff; peer notes carry the committed retry time and peers plan their claim by it"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        self.judge_grants(now, rec, ctx, out);
+        self.judge_note(now, rec, out);
+        self.judge_plan(now, rec, ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::task::{TaskKind, TaskSpec};
+
+    /// Job t1 fails once at 100 ms: the policy says retry at 1100 ms.
+    fn failed_once() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), false)
+            .failed(1, 1, o(1, 1), 1, Some(1_100))
+            .unpermit(o(1, 1), 1, 1)
+    }
+
+    cases! {
+        claim_at_the_promised_time_and_note_kept_pass:
+            failed_once().note_sent(o(1, 1), 1, 1, 1_100)
+                .at(1_100).retry_planned(o(2, 1), 1, 1, 1_100).grant(1, 2, o(2, 1))
+                .build()
+            => PASS;
+        claimed_before_the_backoff:
+            // A claim takes only due tasks, so store-reply objects as well.
+            failed_once().at(1_099).grant(1, 2, o(1, 1)).build()
+            => &[(NAME, Some(1)), ("store-reply", Some(1))];
+        backoff_lost_at_the_store:
+            // The store commits the failure time as the retry time; the
+            // claim that follows is early by the policy.
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), false).failed(1, 1, o(1, 1), 1, Some(100)).unpermit(o(1, 1), 1, 1)
+                .at(600).grant(1, 2, o(1, 1))
+                .build()
+            => &[(NAME, Some(1))];
+        scheduled_task_claimed_early:
+            H::new().up(o(1, 1))
+                .created_spec(7, TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 3_000, queue: None })
+                .at(2_000).grant(7, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(7)), ("store-reply", Some(7))];
+        note_carries_the_wrong_retry_time:
+            failed_once().note_sent(o(1, 1), 1, 1, 900).build()
+            => &[(NAME, Some(1))];
+        note_receipt_time_replaces_retry_clock:
+            // The receiver restarts the backoff from receipt at 1100.
+            failed_once().at(1_100).retry_planned(o(2, 1), 1, 1, 2_100).build()
+            => &[(NAME, Some(1))];
+    }
+}

@@ -1,0 +1,539 @@
+//! store-reply: what the store tells a caller is what its transaction did,
+//! and the transaction does only what the request asks for.
+//!
+//! Judged at the store seam, answer by answer: the request as it arrived, the
+//! answer the store gave, and the rows the harness read before and after.
+//! A claim grants at most what was asked and reports every grant it made; a
+//! fenced write reports "applied" exactly when it changed its task, and is
+//! refused only when its fence no longer holds; reads change nothing and
+//! tell the truth (lease checks, pipeline snapshots); recovery passes only
+//! release; an enqueue creates exactly the task it names.
+
+use super::view::held_by;
+use super::{answer, Answer, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::{Fence, Owner, StageRef, TaskId};
+use leasesim_vocab::op::{Grant, Op, Refusal, Response};
+use leasesim_vocab::task::{Row, TaskKind, TaskSpec, TaskState};
+use leasesim_vocab::truth::{Commit, TaskChange};
+
+pub const NAME: &str = "store-reply";
+
+#[derive(Default)]
+pub struct StoreReply {
+    evaluations: u64,
+}
+
+fn is_release(c: &TaskChange) -> bool {
+    c.before.as_ref().is_some_and(|b| {
+        b.state == TaskState::Leased
+            && c.after.state == TaskState::Ready
+            && c.after.owner.is_none()
+            && b.attempt == c.after.attempt
+            && b.retries == c.after.retries
+    })
+}
+
+/// A claim may take a ready task, or one whose lease had expired.
+fn is_grant_to(c: &TaskChange, owner: leasesim_vocab::ids::Owner, now: u64) -> bool {
+    let takeable = |b: &leasesim_vocab::task::Row| {
+        b.state == TaskState::Ready || (b.state == TaskState::Leased && b.lease_expiry_ms.is_some_and(|e| e <= now))
+    };
+    c.before.as_ref().is_some_and(takeable) && c.after.state == TaskState::Leased && c.after.owner == Some(owner)
+}
+
+/// The stages due in the view: not done, no task, previous stage done.
+fn due_stages(ctx: &Ctx) -> Vec<StageRef> {
+    let stages = &ctx.view.stages;
+    stages
+        .iter()
+        .filter(|(stage, s)| {
+            let previous_done = stage.index == 0
+                || stages
+                    .get(&StageRef { pipeline: stage.pipeline, index: stage.index - 1 })
+                    .is_some_and(|p| p.done.is_some());
+            !s.row.done && s.row.task.is_none() && previous_done
+        })
+        .map(|(stage, _)| *stage)
+        .collect()
+}
+
+/// What is wrong with this answer, if anything.
+fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
+    let j = Judge { a, ctx, now, c: a.commit, resp: a.response };
+    // A transaction's statements, rollbacks, and requests that gave up on
+    // a row lock: what they may say is judged by `transactions`; here, that
+    // nothing uncommitted shows.
+    let lock_or_txn = matches!(a.response, Response::Rejected { reason: Refusal::TimedOut | Refusal::TxnClosed });
+    let uncommitted = matches!(a.request.txn, Some((_, false)));
+    if lock_or_txn || uncommitted {
+        if !j.c.is_empty() {
+            return Some(format!("{} that did not commit changed the store", a.request.request.op_name()));
+        }
+        if lock_or_txn || matches!(a.request.request, Op::Rollback { .. }) {
+            return None;
+        }
+        // A statement on a row its own transaction already wrote sees that
+        // write, which the view (committed rows only) does not show.
+        let own = a.request.txn.and_then(|(txn, _)| ctx.view.txns.get(&txn));
+        let fence = a.request.request.fence();
+        if fence.is_some_and(|f| own.is_some_and(|t| t.locks.contains(&f.task))) {
+            return None;
+        }
+    }
+    match &a.request.request {
+        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } if !j.c.is_empty() => {
+            Some("a read changed the store".into())
+        }
+        Op::LeaseValid { fence } => j.lease_valid(fence),
+        Op::PipelineSnapshot { .. } => j.snapshot(),
+        Op::Claim { owner, max, .. } => j.claim(*owner, *max),
+        Op::Renew { fence } => j.renew(fence),
+        Op::Complete { fence } | Op::Fail { fence, .. } | Op::ClearStageLink { fence } => j.outcome_write(fence),
+        Op::Enqueue { spec, key } => j.enqueue(spec, *key),
+        Op::EnqueueStage { stage } => j.enqueue_stage(*stage),
+        Op::ReleaseDead { .. }
+        | Op::ReclaimExpired { .. }
+        | Op::Repair { .. }
+        | Op::ReleaseOrphans { .. }
+        | Op::ReleaseOwners { .. }
+        | Op::ReturnOwn { .. } => j.recovery(),
+        Op::CreatePipeline { pipeline, stages } => j.create_pipeline(*pipeline, *stages),
+        Op::Maintain { .. } => j.maintain(),
+        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } => None,
+        Op::Rollback { .. } | Op::Commit { .. } => None,
+        Op::Exec { .. } => Some("a statement inside a statement".into()),
+    }
+}
+
+/// One answer being judged: the request, the answer, its commit, the view.
+struct Judge<'a> {
+    a: &'a Answer<'a>,
+    ctx: &'a Ctx<'a>,
+    now: u64,
+    c: &'a Commit,
+    resp: &'a Response,
+}
+
+impl Judge<'_> {
+    /// The task's row before the request: from its commit, else the view.
+    fn row_before(&self, fence: &Fence) -> Option<Row> {
+        match self.c.task(fence.task).and_then(|ch| ch.before.clone()) {
+            Some(row) => Some(row),
+            None => self.ctx.view.task(fence.task).map(|t| t.row.clone()),
+        }
+    }
+
+    fn changed(&self, fence: &Fence) -> bool {
+        self.c.task(fence.task).is_some()
+    }
+
+    fn lease_valid(&self, fence: &Fence) -> Option<String> {
+        let row = self.row_before(fence)?;
+        let valid = held_by(&row, fence) && row.lease_expiry_ms.is_none_or(|e| e > self.now);
+        match self.resp {
+            _ if !self.c.is_empty() => Some("a lease check changed the store".into()),
+            Response::Valid { valid: v } if *v != valid => Some(format!(
+                "lease check of {fence} answered valid={v}, but the lease is {}",
+                if valid { "valid" } else { "not valid" }
+            )),
+            _ => None,
+        }
+    }
+
+    fn snapshot(&self) -> Option<String> {
+        match self.resp {
+            _ if !self.c.is_empty() => Some("a snapshot changed the store".into()),
+            Response::Snapshot { due } if *due != due_stages(self.ctx) => {
+                Some(format!("snapshot answered due stages {due:?}; due were {:?}", due_stages(self.ctx)))
+            }
+            _ => None,
+        }
+    }
+
+    fn claim(&self, owner: Owner, max: u32) -> Option<String> {
+        let (c, resp) = (self.c, self.resp);
+        let Response::Claimed { grants } = resp else { return Some(format!("a claim answered {resp:?}")) };
+        if grants.len() as u32 > max {
+            return Some(format!("a claim for at most {max} answered {} grants", grants.len()));
+        }
+        if let Some(ch) = c.tasks.iter().find(|ch| !is_grant_to(ch, owner, self.now)) {
+            return Some(format!("a claim by {owner} changed t{} without granting it to {owner}", ch.after.id));
+        }
+        let committed: Vec<Grant> = c
+            .tasks
+            .iter()
+            .map(|ch| Grant {
+                fence: Fence { task: ch.after.id, attempt: ch.after.attempt, owner },
+                kind: ch.after.spec.kind,
+                lease_expiry_ms: ch.after.lease_expiry_ms,
+            })
+            .collect();
+        let mut told = grants.clone();
+        told.sort_by_key(|g| g.fence);
+        let mut done = committed.clone();
+        done.sort_by_key(|g| g.fence);
+        if told != done {
+            return Some(format!("a claim answered grants {told:?} but committed {done:?}"));
+        }
+        self.claim_order(max)
+    }
+
+    /// A claim takes the due ready tasks in (retry time, id) order, as many
+    /// as asked for or as are due: no task is passed over for a later one,
+    /// and none is left behind while the claim had room.
+    fn claim_order(&self, max: u32) -> Option<String> {
+        let mut due: Vec<(u64, TaskId)> = self
+            .ctx
+            .view
+            .ready
+            .iter()
+            .filter_map(|&id| self.ctx.view.task(id).map(|t| &t.row))
+            .filter(|row| row.state == TaskState::Ready && row.retry_at_ms <= self.now)
+            .map(|row| (row.retry_at_ms, row.id))
+            .collect();
+        due.sort_unstable();
+        let mut expected: Vec<TaskId> = due.iter().take(max as usize).map(|&(_, id)| id).collect();
+        expected.sort_unstable();
+        let mut granted: Vec<TaskId> = self.c.tasks.iter().map(|ch| ch.after.id).collect();
+        granted.sort_unstable();
+        (granted != expected).then(|| {
+            let first: Vec<String> = due.iter().take(max as usize + 2).map(|(at, id)| format!("t{id}@{at}")).collect();
+            format!(
+                "a claim for at most {max} at {} ms granted {granted:?}, but the first due tasks by (retry time, id) were [{}] ({} due)",
+                self.now,
+                first.join(", "),
+                due.len()
+            )
+        })
+    }
+
+    fn renew(&self, fence: &Fence) -> Option<String> {
+        let held = self.row_before(fence).is_some_and(|r| held_by(&r, fence));
+        match self.resp {
+            Response::Renewed { lease_expiry_ms } => {
+                let after = self.c.task(fence.task).map(|ch| ch.after.lease_expiry_ms);
+                let heartbeat_owned = self.row_before(fence).is_some_and(|r| r.lease_expiry_ms.is_none());
+                let unchanged = self.row_before(fence).and_then(|r| r.lease_expiry_ms) == Some(*lease_expiry_ms);
+                match after {
+                    Some(Some(e)) if e == *lease_expiry_ms && held => None,
+                    // Renewed twice in one instant: the second changes nothing.
+                    None if (heartbeat_owned || unchanged) && held => None,
+                    _ => Some(format!("renewal of {fence} answered expiry {lease_expiry_ms} ms; committed {after:?}")),
+                }
+            }
+            Response::Rejected { reason } if held => {
+                Some(format!("renewal of {fence} refused ({reason:?}) while it held the task"))
+            }
+            Response::Rejected { .. } if self.changed(fence) => {
+                Some(format!("refused renewal of {fence} changed the task"))
+            }
+            _ => None,
+        }
+    }
+
+    /// A complete, a fail or a stage-link clear.
+    fn outcome_write(&self, fence: &Fence) -> Option<String> {
+        let request = &self.a.request.request;
+        let held = self.row_before(fence).is_some_and(|r| held_by(&r, fence));
+        let what = request.op_name();
+        match self.resp {
+            Response::Applied { retries, retry_at_ms } => {
+                let stage_write = matches!(request, Op::ClearStageLink { .. });
+                // A completion's own retry is answered "applied" again.
+                let again = matches!(request, Op::Complete { .. })
+                    && self.ctx.view.completed_by.get(&fence.task) == Some(fence);
+                let Some(ch) = self.c.task(fence.task) else {
+                    return (!stage_write && !again)
+                        .then(|| format!("{what} of {fence} answered applied but changed nothing"));
+                };
+                let committed_at = (ch.after.state == TaskState::Ready).then_some(ch.after.retry_at_ms);
+                let fail = matches!(request, Op::Fail { .. });
+                if *retries != ch.after.retries || (fail && *retry_at_ms != committed_at) {
+                    return Some(format!(
+                        "{what} of {fence} answered retries {retries}, retry at {retry_at_ms:?}; committed {}, {committed_at:?}",
+                        ch.after.retries
+                    ));
+                }
+                None
+            }
+            Response::Rejected { reason } if held => {
+                Some(format!("{what} of {fence} refused ({reason:?}) while it held the task"))
+            }
+            Response::Rejected { .. } if !self.c.is_empty() => {
+                Some(format!("refused {what} of {fence} changed the store"))
+            }
+            _ => None,
+        }
+    }
+
+    fn enqueue(&self, spec: &TaskSpec, key: Option<u64>) -> Option<String> {
+        let c = self.c;
+        let created: Vec<&TaskChange> = c.tasks.iter().filter(|ch| ch.before.is_none()).collect();
+        let known = key.and_then(|k| self.ctx.view.enqueue_keys.get(&k)).copied();
+        match self.resp {
+            // A key seen before: nothing created, its task answered.
+            Response::Enqueued { task } if known.is_some() => (known != Some(*task) || !c.is_empty())
+                .then(|| format!("an enqueue with a known key answered t{task}; the key created {known:?}")),
+            Response::Enqueued { task } => match created.as_slice() {
+                [one] if one.after.id == *task && one.after.spec == *spec && c.tasks.len() == 1 => None,
+                _ => Some(format!("enqueue answered t{task}; committed {} rows", c.tasks.len())),
+            },
+            _ if !c.is_empty() => Some(format!("a refused enqueue changed the store ({:?})", self.resp)),
+            _ => None,
+        }
+    }
+
+    fn enqueue_stage(&self, stage: StageRef) -> Option<String> {
+        let c = self.c;
+        match self.resp {
+            Response::Enqueued { task } => {
+                let ok = c.tasks.len() == 1
+                    && c.tasks[0].before.is_none()
+                    && c.tasks[0].after.id == *task
+                    && c.tasks[0].after.spec.kind == TaskKind::Stage
+                    && c.tasks[0].after.spec.stage == Some(stage);
+                (!ok).then(|| format!("stage enqueue of {stage} answered t{task}; committed {} rows", c.tasks.len()))
+            }
+            _ if !c.is_empty() => Some(format!("a refused stage enqueue of {stage} changed the store")),
+            _ => None,
+        }
+    }
+
+    /// Release-dead, reclaim-expired, repair and release-orphans.
+    fn recovery(&self) -> Option<String> {
+        let (c, resp, request) = (self.c, self.resp, &self.a.request.request);
+        // A release named by its owners may answer without a count (a
+        // statement that returns nothing); every other pass counts.
+        let named = matches!(request, Op::ReleaseOwners { .. } | Op::ReturnOwn { .. });
+        let claimed = match resp {
+            Response::Released { tasks } => Some(*tasks),
+            Response::Ack | Response::Rows { .. } if named => None,
+            _ => return Some(format!("a recovery pass answered {resp:?}")),
+        };
+        if let Some(ch) = c.tasks.iter().find(|ch| !is_release(ch)) {
+            return Some(format!("{} changed t{} without releasing it", request.op_name(), ch.after.id));
+        }
+        let holder = |ch: &TaskChange| ch.before.as_ref().and_then(|b| b.owner);
+        match request {
+            Op::ReleaseOrphans { owner, .. } | Op::ReturnOwn { owner, .. } => {
+                if let Some(ch) = c.tasks.iter().find(|ch| holder(ch) != Some(*owner)) {
+                    return Some(format!("release of {owner}'s own tasks released t{}, not {owner}'s", ch.after.id));
+                }
+            }
+            Op::ReleaseOwners { owners, .. } => {
+                if let Some(ch) = c.tasks.iter().find(|ch| holder(ch).is_none_or(|h| !owners.contains(&h))) {
+                    return Some(format!("a release of {owners:?}'s tasks released t{}", ch.after.id));
+                }
+            }
+            _ => {}
+        }
+        if let Some(tasks) = claimed.filter(|&n| n as usize != c.tasks.len()) {
+            return Some(format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()));
+        }
+        match request {
+            Op::ReclaimExpired { .. } => self.reclaimed_every_expired_lease(),
+            Op::ReleaseDead { .. } => self.released_every_replaced_owner(),
+            _ => None,
+        }
+    }
+
+    /// Release-dead releases every task owned by heartbeat whose owner's
+    /// process the store has seen restarted (a newer incarnation), except
+    /// rows an open transaction holds. (Owners silent for `dead_after_ms`
+    /// are dead too; their exact moment depends on when the store applied
+    /// their last heartbeat, so only replaced owners are judged here.)
+    fn released_every_replaced_owner(&self) -> Option<String> {
+        let view = &self.ctx.view;
+        let left = view.leased.iter().copied().find(|&id| {
+            let replaced = view
+                .task(id)
+                .is_some_and(|t| t.row.lease_expiry_ms.is_none() && t.row.owner.is_some_and(|o| view.superseded(o)));
+            replaced && self.c.task(id).is_none() && !view.locked_at(id, self.now)
+        })?;
+        Some(format!("release-dead left t{left} with its replaced owner ({})", view.task(left)?.holder()))
+    }
+
+    /// A reclaim releases every expired lease outside a group, except rows
+    /// an open transaction holds (it skips those).
+    fn reclaimed_every_expired_lease(&self) -> Option<String> {
+        let view = &self.ctx.view;
+        let left = view.leased.iter().copied().find(|&id| {
+            let expired = view
+                .task(id)
+                .is_some_and(|t| t.row.spec.group.is_none() && t.row.lease_expiry_ms.is_some_and(|e| e <= self.now));
+            expired && self.c.task(id).is_none() && !view.locked_at(id, self.now)
+        })?;
+        Some(format!("reclaim-expired left t{left}'s expired lease in place ({})", view.task(left)?.holder()))
+    }
+
+    fn create_pipeline(&self, pipeline: u64, stages: u32) -> Option<String> {
+        let c = self.c;
+        let stray = c.stages.iter().find(|s| s.stage.pipeline != pipeline || s.stage.index >= stages);
+        match stray {
+            _ if !c.tasks.is_empty() => Some("creating a pipeline changed task rows".into()),
+            Some(s) => Some(format!("creating pipeline {pipeline} changed stage {}", s.stage)),
+            None => None,
+        }
+    }
+
+    fn maintain(&self) -> Option<String> {
+        let c = self.c;
+        (!c.tasks.is_empty() || !c.stages.is_empty()).then(|| {
+            format!(
+                "a maintenance pass changed rows it does not own (tasks {}, stages {})",
+                c.tasks.len(),
+                c.stages.len()
+            )
+        })
+    }
+}
+
+impl Checker for StoreReply {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store seam: every answer matches what its transaction committed, a transaction changes only what its request asks for, and a claim takes the due tasks in (retry time, id) order, as many as it has room for"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        let Some(a) = answer(rec, ctx) else { return };
+        self.evaluations += 1;
+        if let Some(problem) = judge(&a, ctx, now) {
+            let mut v = Violation::new(
+                NAME,
+                now,
+                format!(
+                    "request {} ({} from {}) at {now} ms: {problem}",
+                    a.req,
+                    a.request.request.op_name(),
+                    a.request.from
+                ),
+            );
+            let fenced = match &a.request.request {
+                Op::Renew { fence }
+                | Op::LeaseValid { fence }
+                | Op::Complete { fence }
+                | Op::Fail { fence, .. }
+                | Op::ClearStageLink { fence } => Some(fence.task),
+                _ => None,
+            };
+            if let Some(task) = fenced.or_else(|| a.commit.tasks.first().map(|c| c.after.id)) {
+                v = v.task(task);
+            }
+            out.push(v);
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, fence, o, H, PASS};
+    use leasesim_vocab::ids::StageRef;
+    use leasesim_vocab::op::{Grant, Op, Refusal, Response};
+    use leasesim_vocab::task::{Row, TaskKind, TaskState};
+    use leasesim_vocab::testimony::Event;
+    use leasesim_vocab::truth::Sender;
+
+    cases! {
+        truthful_answers_pass:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).pipeline(9, 2)
+                .attempt_ok(10, 1, 1, o(1, 1))
+                .answer(Sender::Worker(o(1, 1)), Op::PipelineSnapshot { by: o(1, 1) },
+                    Response::Snapshot { due: vec![StageRef { pipeline: 9, index: 0 }] }, vec![], &[])
+                .build()
+            => PASS;
+        claim_reports_fewer_grants_than_it_made:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).answer(
+                    Sender::Worker(o(1, 1)),
+                    Op::Claim { owner: o(1, 1), max: 2, wait_ms: 0 },
+                    Response::Claimed { grants: vec![Grant { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None }] },
+                    vec![
+                        Event::LeaseGranted { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 },
+                        Event::LeaseGranted { fence: fence(2, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 },
+                    ],
+                    &[
+                        (1, &|t: &mut Row| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; }),
+                        (2, &|t: &mut Row| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; }),
+                    ],
+                )
+                .build()
+            => &[(NAME, Some(1))];
+        claim_passes_over_an_earlier_due_task:
+            // t1 and t2 are both due since 0: a claim for one must take t1.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(2))];
+        claim_leaves_a_due_task_behind:
+            // Asked for two with two due, granted one.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Op::Claim { owner: o(1, 1), max: 2, wait_ms: 0 },
+                    Response::Claimed { grants: vec![Grant { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None }] },
+                    vec![Event::LeaseGranted { fence: fence(1, 1, o(1, 1)), kind: TaskKind::Job, lease_expiry_ms: None, retry_at_ms: 0 }],
+                    &[(1, &|t: &mut Row| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; })],
+                )
+                .build()
+            => &[(NAME, Some(1))];
+        reclaim_leaves_an_expired_lease:
+            // t1's 3 s workflow lease ran out at 3010; the reclaim at 3100
+            // (no transaction holds the row) releases nothing.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_100).answer(Sender::Worker(o(2, 1)), Op::ReclaimExpired { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => &[(NAME, None)];
+        release_dead_leaves_a_replaced_owners_task:
+            // p1 restarted (p1.2 heartbeats): its heartbeat-owned job t1 must
+            // go back with the next release-dead, which releases nothing.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(100).killed(o(1, 1)).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(200).answer(Sender::Worker(o(2, 1)), Op::ReleaseDead { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => &[(NAME, None)];
+        claim_in_order_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(20).grant(2, 1, o(1, 1))
+                .build()
+            => PASS;
+        valid_completion_refused:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true)
+                .answer(Sender::Worker(o(1, 1)), Op::Complete { fence: fence(1, 1, o(1, 1)) },
+                    Response::Rejected { reason: Refusal::NotOwner }, vec![], &[])
+                .unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1))];
+        lease_check_says_valid_after_expiry:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(2_000).renew(1, 1, o(1, 1))
+                .at(4_000).finished(1, 1, o(1, 1), false)
+                .at(5_000).answer(Sender::Worker(o(1, 1)), Op::LeaseValid { fence: fence(1, 1, o(1, 1)) },
+                    Response::Valid { valid: true }, vec![], &[])
+                .unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1))];
+        heartbeat_changes_a_task:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Op::Heartbeat { owner: o(1, 1) }, Response::Ack,
+                    vec![Event::HeartbeatApplied { owner: o(1, 1) }],
+                    &[(1, &|t: &mut Row| t.retry_at_ms = 99)])
+                .build()
+            => &[(NAME, Some(1))];
+    }
+}

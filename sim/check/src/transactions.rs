@@ -1,0 +1,401 @@
+//! transactions: a transaction that spans round trips behaves as a SQL
+//! store's does under Read Committed with row locks, judged at the store
+//! seam from what reached the store and what it committed.
+//!
+//! - A row an open transaction locked (a fenced statement of it matched the
+//!   row) is changed by nobody but that transaction's commit, and locked by
+//!   no other transaction, until it ends.
+//! - A commit changes only the rows its transaction's statements locked.
+//!   (That nothing shows before COMMIT is `store-reply`'s rule.)
+//! - The store says "no longer open" only of a transaction that is not:
+//!   it was open `txn_timeout_ms`, its process has a newer incarnation, the
+//!   store restarted, it already ended, or it never opened.
+//! - A request gives up on a row lock only after waiting `txn_timeout_ms`.
+//! - At the network seam, the client keeps the protocol: it sends no
+//!   statement of a transaction it ended (COMMIT or ROLLBACK sent), and
+//!   before it starts another transaction for the same attempt it ends the
+//!   one it gave up on (an abandoned transaction keeps its row locks until
+//!   the store times it out).
+//!
+//! The checker's model of open transactions and their locks is the view's
+//! (`View::txns`), rebuilt from the statements' answers.
+
+use super::{answer, commit, fact, Answer, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::{Fence, TaskId, TxnId};
+use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::truth::{Commit, Fact, TxnSend};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const NAME: &str = "transactions";
+
+#[derive(Default)]
+pub struct Transactions {
+    evaluations: u64,
+    /// Transactions their client ended (sent COMMIT or ROLLBACK).
+    ended_by_client: BTreeSet<TxnId>,
+    /// The latest transaction the client started for each attempt.
+    latest_for: BTreeMap<Fence, TxnId>,
+}
+
+/// The task a fenced statement speaks for.
+fn statement_task(req: &Op) -> Option<TaskId> {
+    req.fence().map(|f| f.task)
+}
+
+impl Transactions {
+    /// Is `txn` open at `now` by the view (its timeout counted to `now`)?
+    fn open_at(ctx: &Ctx, txn: TxnId, now: u64) -> Option<u64> {
+        let t = ctx.view.txns.get(&txn)?;
+        let superseded = ctx.view.superseded(txn.owner);
+        (t.opened_ms + ctx.view.txn_timeout_ms > now && !superseded).then_some(t.opened_ms)
+    }
+
+    /// The other open transaction holding task `task` at `now`, if any.
+    fn other_holder(ctx: &Ctx, task: TaskId, own: Option<TxnId>, now: u64) -> Option<TxnId> {
+        ctx.view
+            .txns
+            .iter()
+            .filter(|(id, t)| Some(**id) != own && t.locks.contains(&task))
+            .map(|(id, _)| *id)
+            .find(|id| Self::open_at(ctx, *id, now).is_some())
+    }
+
+    /// Rows a commit changed that another open transaction holds.
+    fn isolation(
+        &mut self,
+        now: u64,
+        c: &Commit,
+        own: Option<TxnId>,
+        who: &dyn Fn() -> String,
+        ctx: &Ctx,
+    ) -> Option<Violation> {
+        if ctx.view.txns.is_empty() {
+            return None;
+        }
+        self.evaluations += 1;
+        c.tasks.iter().find_map(|ch| {
+            let task = ch.after.id;
+            let holder = Self::other_holder(ctx, task, own, now)?;
+            let message = format!("t{task} changed by {} while transaction {holder} held its lock", who());
+            Some(Violation::new(NAME, now, message).task(task))
+        })
+    }
+
+    fn judge_statement(&mut self, now: u64, a: &Answer, txn: TxnId, commit: bool, ctx: &Ctx) -> Option<Violation> {
+        self.evaluations += 1;
+        let op = a.request.request.op_name();
+        if let Response::Rejected { reason: Refusal::TxnClosed } = a.response {
+            let never_opened = !ctx.view.txn_ended.contains(&txn);
+            let superseded = ctx.view.superseded(txn.owner);
+            return match Self::open_at(ctx, txn, now) {
+                Some(opened_ms) => Some(format!(
+                    "{op} of {txn} told the transaction is no longer open; it opened at {opened_ms} ms and was"
+                )),
+                None if never_opened && !superseded && !matches!(a.request.request, Op::Rollback { .. }) => {
+                    Some(format!("{op} of {txn} told the transaction is no longer open; it never opened"))
+                }
+                None => None,
+            }
+            .map(|m| Violation::new(NAME, now, m));
+        }
+        let task = statement_task(&a.request.request)?;
+        let selected = ctx.view.task(task).zip(a.request.request.fence()).is_some_and(|(t, f)| t.held_by(f));
+        let matched = match a.response {
+            Response::Valid { valid } => *valid,
+            Response::Applied { .. } => selected,
+            _ => false,
+        };
+        if let Some(holder) = Self::other_holder(ctx, task, Some(txn), now).filter(|_| matched) {
+            return Some(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!("{op} of {txn} matched t{task} while transaction {holder} held its lock"),
+                )
+                .task(task),
+            );
+        }
+        if !commit {
+            return None;
+        }
+        let mut locked = ctx.view.txns.get(&txn).map(|t| t.locks.clone()).unwrap_or_default();
+        locked.insert(task);
+        let stray = a.commit.tasks.iter().map(|ch| ch.after.id).find(|id| !locked.contains(id));
+        let stray_stage = a
+            .commit
+            .stages
+            .iter()
+            .find(|s| !locked.iter().any(|id| ctx.view.task(*id).and_then(|t| t.stage()) == Some(s.stage)));
+        match (stray, stray_stage) {
+            (Some(id), _) => Some(format!("the commit of {txn} changed t{id}, which none of its statements locked")),
+            (None, Some(s)) => {
+                Some(format!("the commit of {txn} changed stage {}, which none of its statements locked", s.stage))
+            }
+            (None, None) => None,
+        }
+        .map(|m| Violation::new(NAME, now, m).task(task))
+    }
+
+    /// A request the store answered "timed out" because of a row lock.
+    fn judge_lock_wait(&mut self, now: u64, a: &Answer, ctx: &Ctx) -> Option<Violation> {
+        if !matches!(a.response, Response::Rejected { reason: Refusal::TimedOut }) {
+            return None;
+        }
+        statement_task(&a.request.request)?;
+        self.evaluations += 1;
+        let waited_ms = now - a.request.handed_ms.unwrap_or(a.request.arrived_ms);
+        (waited_ms < ctx.view.txn_timeout_ms).then(|| {
+            Violation::new(
+                NAME,
+                now,
+                format!(
+                    "{} gave up on a row lock after {waited_ms} ms; txn_timeout_ms is {} ms",
+                    a.request.request.op_name(),
+                    ctx.view.txn_timeout_ms
+                ),
+            )
+        })
+    }
+}
+
+impl Transactions {
+    /// What the client sent, in the order it sent it.
+    fn judge_send(&mut self, now: u64, txn: TxnId, fence: Option<Fence>, send: TxnSend) -> Option<Violation> {
+        self.evaluations += 1;
+        if send != TxnSend::Rollback && self.ended_by_client.contains(&txn) {
+            return Some(
+                Violation::new(NAME, now, format!("{} sent a statement of {txn} after it ended it", txn.owner))
+                    .process(txn.owner),
+            );
+        }
+        if matches!(send, TxnSend::Commit | TxnSend::Rollback) {
+            self.ended_by_client.insert(txn);
+        }
+        let fence = fence?;
+        let before = self.latest_for.insert(fence, txn).filter(|&t| t != txn)?;
+        (!self.ended_by_client.contains(&before)).then(|| {
+            Violation::new(
+                NAME,
+                now,
+                format!("{} started {txn} for {fence} without ending {before}, which it gave up on", txn.owner),
+            )
+            .fence(&fence)
+        })
+    }
+}
+
+impl Checker for Transactions {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store and network seams: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, a lock wait gives up only after txn_timeout_ms, and a client never reuses a transaction it ended nor moves on from one without ending it"
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        match answer(rec, ctx) {
+            Some(a) => {
+                let own = a.request.txn.filter(|(_, commit)| *commit).map(|(txn, _)| txn);
+                let who = || format!("request {} ({})", a.req, a.request.request.op_name());
+                out.extend(self.isolation(now, a.commit, own, &who, ctx));
+                if let Some((txn, commit)) = a.request.txn {
+                    out.extend(self.judge_statement(now, &a, txn, commit, ctx));
+                }
+                out.extend(self.judge_lock_wait(now, &a, ctx));
+            }
+            None => {
+                if let Some(c) = commit(rec) {
+                    let who = || "a change outside any request".to_string();
+                    out.extend(self.isolation(now, c, None, &who, ctx));
+                }
+                if let Some(Fact::TxnSent { txn, fence, send, .. }) = fact(rec) {
+                    out.extend(self.judge_send(now, *txn, *fence, *send));
+                }
+            }
+        }
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, fence, o, H, PASS};
+    use leasesim_vocab::ids::TxnId;
+    use leasesim_vocab::op::{Op, Refusal, Response};
+    use leasesim_vocab::task::{Row, TaskKind, TaskState};
+    use leasesim_vocab::testimony::Event;
+    use leasesim_vocab::truth::{Sender, TxnSend};
+
+    /// p1 runs t1 (a workflow task, 3 s lease from 10 ms) and its body fails
+    /// at 200 ms; its failure transaction opens with a lease check at 300 ms
+    /// that locks the row.
+    fn locked() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .heartbeat(o(1, 1))
+            .heartbeat(o(2, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .created(2, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(200)
+            .finished(1, 1, o(1, 1), false)
+            .at(300)
+            .in_txn(o(1, 1), 1, false)
+            .lease_checked(1, 1, o(1, 1), true)
+    }
+
+    /// The worker drops the attempt's permit (its outcome written, or its
+    /// finalization deadline passed).
+    fn done(h: H) -> H {
+        let at = h.now().max(1_000);
+        h.at(at).unpermit(o(1, 1), 1, 1)
+    }
+
+    /// t2 (a job) run by p1 and completed in transaction 1 at 300 ms.
+    fn committed_job() -> H {
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(2, TaskKind::Job)
+            .at(10)
+            .grant(2, 1, o(1, 1))
+            .permit(o(1, 1), 2, 1)
+            .started(2, 1, o(1, 1))
+            .at(200)
+            .finished(2, 1, o(1, 1), true)
+            .at(300)
+            .in_txn(o(1, 1), 1, true)
+            .completed(2, 1, o(1, 1))
+            .callback(2, 1, o(1, 1))
+            .unpermit(o(1, 1), 2, 1)
+    }
+
+    /// Transaction `seq` of p1 sends t2's completion again (not committing).
+    fn retried_completion(h: H, seq: u64) -> H {
+        let f = fence(2, 1, o(1, 1));
+        h.in_txn(o(1, 1), seq, false).answer(
+            Sender::Worker(o(1, 1)),
+            Op::Complete { fence: f },
+            Response::Applied { retries: 0, retry_at_ms: None },
+            vec![],
+            &[],
+        )
+    }
+
+    /// p1.1 sends something of its transaction `seq` (for t1's attempt 1
+    /// when `task` is given).
+    fn sent(h: H, seq: u64, task: Option<u64>, send: TxnSend) -> H {
+        let txn = TxnId { owner: o(1, 1), seq };
+        let f = task.map(|t| fence(t, 1, o(1, 1)));
+        h.fact(leasesim_vocab::truth::Fact::TxnSent { from: o(1, 1), txn, fence: f, send })
+    }
+
+    fn closed(h: H, at: u64) -> H {
+        let f = fence(1, 1, o(1, 1));
+        let txn = TxnId { owner: o(1, 1), seq: 1 };
+        let stmt = Box::new(Op::Fail { fence: f, error: leasesim_vocab::task::TaskError::Conflict });
+        h.at(at).answer(
+            Sender::Worker(o(1, 1)),
+            Op::Exec { txn, stmt, commit: true },
+            Response::Rejected { reason: Refusal::TxnClosed },
+            vec![],
+            &[],
+        )
+    }
+
+    cases! {
+        a_failure_committed_with_its_lease_check_passes:
+            done(locked().at(400).in_txn(o(1, 1), 1, true).failed(1, 1, o(1, 1), 1, Some(1_400))).build()
+            => PASS;
+        a_recovery_pass_takes_a_locked_row:
+            // The lease ran out at 3010 while the transaction held the row:
+            // reclaim must skip it until the transaction ends.
+            done(locked()).at(3_100).released(1, 1, o(2, 1)).build()
+            => &[(NAME, Some(1))];
+        a_rolled_back_transaction_leaves_the_row_free:
+            done(locked().at(400).rolled_back(o(1, 1), 1)).at(3_100).released(1, 1, o(2, 1)).build()
+            => PASS;
+        an_open_transaction_told_it_is_closed:
+            done(closed(locked(), 400)).build()
+            => &[(NAME, None)];
+        a_transaction_past_its_timeout_told_it_is_closed_passes:
+            // The scenario's txn_timeout_ms is the default 30 s.
+            closed(done(locked()), 30_300).build()
+            => PASS;
+        a_commit_writes_a_row_no_statement_locked:
+            done(locked().at(400).in_txn(o(1, 1), 1, true).answer(
+                Sender::Worker(o(1, 1)),
+                Op::Fail { fence: fence(1, 1, o(1, 1)), error: leasesim_vocab::task::TaskError::Conflict },
+                Response::Applied { retries: 1, retry_at_ms: Some(1_400) },
+                vec![Event::WriteApplied { fence: fence(1, 1, o(1, 1)), write: leasesim_vocab::testimony::WriteKind::Fail, retries: 1, retry_at_ms: Some(1_400), terminal: false }],
+                &[
+                    (1, &|t: &mut Row| { t.retries = 1; t.owner = None; t.lease_expiry_ms = None; t.state = TaskState::Ready; t.retry_at_ms = 1_400; }),
+                    (2, &|t: &mut Row| t.state = TaskState::Dead),
+                ],
+            )).build()
+            => &[(NAME, Some(1)), ("fenced-completion", Some(1)), ("retry-budget", Some(2))];
+        a_statement_shows_its_write_before_commit:
+            // store-reply's rule: nothing a transaction writes shows before
+            // COMMIT.
+            done(locked().at(400).in_txn(o(1, 1), 1, false).answer(
+                Sender::Worker(o(1, 1)),
+                Op::Fail { fence: fence(1, 1, o(1, 1)), error: leasesim_vocab::task::TaskError::Conflict },
+                Response::Applied { retries: 1, retry_at_ms: Some(1_400) },
+                vec![Event::WriteApplied { fence: fence(1, 1, o(1, 1)), write: leasesim_vocab::testimony::WriteKind::Fail, retries: 1, retry_at_ms: Some(1_400), terminal: false }],
+                &[(1, &|t: &mut Row| { t.retries = 1; t.owner = None; t.lease_expiry_ms = None; t.state = TaskState::Ready; t.retry_at_ms = 1_400; })],
+            )).build()
+            => &[("store-reply", Some(1)), (NAME, Some(1))];
+        a_completion_retried_on_a_done_row_locks_nothing:
+            // t2's completion committed but its answer was lost: each retry
+            // of its transaction reads the done row ("applied" again) and
+            // locks nothing, so two retries never contend.
+            done(retried_completion(retried_completion(committed_job(), 2), 3)).build()
+            => PASS;
+        a_newer_incarnation_ends_the_old_ones_transactions:
+            // p1.2's long poll reaches the store (held, answered later): from
+            // then on p1.1's transaction is gone and its row free, so p1.1's
+            // waiting renewal goes through.
+            done(locked())
+                .up(o(1, 2))
+                .fact(leasesim_vocab::truth::Fact::Arrived {
+                    req: 100,
+                    from: Sender::Worker(o(1, 2)),
+                    request: Op::Claim { owner: o(1, 2), max: 1, wait_ms: 5_000 },
+                    duplicate: false,
+                })
+                .fact(leasesim_vocab::truth::Fact::Handed { req: 100 })
+                .at(1_100)
+                .renew(1, 1, o(1, 1))
+                .build()
+            => PASS;
+        a_transaction_reused_after_its_rollback:
+            sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 1, Some(1), TxnSend::Commit).build()
+            => &[(NAME, None)];
+        a_transaction_given_up_without_a_rollback:
+            sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 2, Some(1), TxnSend::Statement).build()
+            => &[(NAME, Some(1))];
+        a_transaction_rolled_back_before_the_next_try_passes:
+            sent(sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 2, Some(1), TxnSend::Statement), 2, Some(1), TxnSend::Commit).build()
+            => PASS;
+        a_lock_wait_given_up_at_once:
+            done(locked().at(400).answer(
+                Sender::Worker(o(1, 1)),
+                Op::Renew { fence: fence(1, 1, o(1, 1)) },
+                Response::Rejected { reason: Refusal::TimedOut },
+                vec![],
+                &[],
+            )).build()
+            => &[(NAME, None)];
+    }
+}

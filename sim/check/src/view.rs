@@ -1,0 +1,703 @@
+//! The checkers' own model of the world, rebuilt from ground truth alone.
+//!
+//! The store's rows come from the commits the harness read at the store seam
+//! (`Fact::Answered`, `Fact::Drift`); bodies from the task-body seam;
+//! liveness from process control and from the requests that reached the
+//! store; the application's calls from the client seam. Engine events
+//! (testimony) do not change the view: checkers that cross-check testimony
+//! keep their own account of it. No engine logic is called here, only engine
+//! types are read. `check()` applies each record to the view *after* every
+//! checker has looked at it, so a checker always sees the world as it was
+//! just before the record it is judging.
+
+use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
+use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::task::StageRow;
+use leasesim_vocab::task::TaskError;
+use leasesim_vocab::task::{Row, TaskKind, TaskState};
+use leasesim_vocab::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One task: its row as the store last committed it, and its history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskView {
+    pub row: Row,
+    pub created_ms: u64,
+    /// The request whose transaction created it (`None`: seen first in a drift).
+    pub created_by: Option<u64>,
+    /// When it last became ready (created, released or failed and retried).
+    pub ready_since_ms: u64,
+    /// Commit time of its last failure, and the failures spent by then.
+    pub last_failure: Option<(u64, u32)>,
+}
+
+impl TaskView {
+    pub fn kind(&self) -> TaskKind {
+        self.row.spec.kind
+    }
+
+    pub fn stage(&self) -> Option<StageRef> {
+        self.row.spec.stage
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.row.state
+    }
+
+    /// Done and dead are absorbing.
+    pub fn terminal(&self) -> bool {
+        self.row.state.is_terminal()
+    }
+
+    /// Is the task leased to exactly this attempt of this owner?
+    pub fn held_by(&self, fence: &Fence) -> bool {
+        held_by(&self.row, fence)
+    }
+
+    /// A short description of who holds the task, for messages.
+    pub fn holder(&self) -> String {
+        holder(&self.row)
+    }
+}
+
+/// Is `row` leased to exactly this attempt of this owner?
+pub fn held_by(row: &Row, fence: &Fence) -> bool {
+    row.state == TaskState::Leased && row.attempt == fence.attempt && row.owner == Some(fence.owner)
+}
+
+/// A short description of who holds a task row, for messages.
+pub fn holder(row: &Row) -> String {
+    match (row.state, row.owner) {
+        (TaskState::Leased, Some(o)) => format!("attempt {} ({o}) holds the task", row.attempt),
+        (TaskState::Leased, None) => format!("attempt {} holds the task", row.attempt),
+        (TaskState::Ready, _) => format!("the task is not leased (last attempt {})", row.attempt),
+        (TaskState::Done, _) => "the task is done".to_string(),
+        (TaskState::Dead, _) => "the task is dead".to_string(),
+    }
+}
+
+/// One worker process incarnation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnerView {
+    pub up_ms: Option<u64>,
+    pub killed_ms: Option<u64>,
+    /// When its first request reached the store.
+    pub first_seen_ms: Option<u64>,
+    /// When the store last applied a heartbeat that it sent.
+    pub last_heartbeat_ms: Option<u64>,
+    /// Task bodies running on it now.
+    pub bodies: BTreeSet<Fence>,
+    /// Attempts whose body ended and whose outcome answer has not reached it
+    /// yet, with the time the body ended.
+    pub finalizing: BTreeMap<Fence, u64>,
+}
+
+impl OwnerView {
+    pub fn alive(&self) -> bool {
+        self.up_ms.is_some() && self.killed_ms.is_none()
+    }
+}
+
+/// One worker process (over all its incarnations).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcView {
+    /// Pause intervals `[paused, resumed)`; an open one has no end yet.
+    pub pauses: Vec<(u64, Option<u64>)>,
+    /// Partition intervals, likewise.
+    pub partitions: Vec<(u64, Option<u64>)>,
+    pub offset_ms: i64,
+}
+
+fn overlaps(intervals: &[(u64, Option<u64>)], from: u64, to: u64) -> bool {
+    intervals.iter().any(|&(start, end)| start <= to && end.is_none_or(|e| e > from))
+}
+
+fn open(intervals: &mut Vec<(u64, Option<u64>)>, now: u64) {
+    if intervals.last().is_none_or(|(_, end)| end.is_some()) {
+        intervals.push((now, None));
+    }
+}
+
+fn close(intervals: &mut [(u64, Option<u64>)], now: u64) {
+    if let Some((_, end @ None)) = intervals.last_mut() {
+        *end = Some(now);
+    }
+}
+
+impl ProcView {
+    pub fn paused_now(&self) -> bool {
+        self.pauses.last().is_some_and(|(_, end)| end.is_none())
+    }
+
+    /// Was the process paused at any instant of `[from, to]`?
+    pub fn paused_between(&self, from: u64, to: u64) -> bool {
+        overlaps(&self.pauses, from, to)
+    }
+
+    /// Was it cut off from the network at any instant of `[from, to]`?
+    pub fn partitioned_between(&self, from: u64, to: u64) -> bool {
+        overlaps(&self.partitions, from, to)
+    }
+}
+
+/// One request that reached the store and is not finished yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestView {
+    pub from: Sender,
+    /// The request, or for a statement of a transaction the statement
+    /// itself (its transaction is in `txn`).
+    pub request: Op,
+    /// The transaction a statement or rollback belongs to, and whether the
+    /// statement was sent with COMMIT.
+    pub txn: Option<(TxnId, bool)>,
+    pub arrived_ms: u64,
+    /// When the engine's store took it (its arrival, unless the seam held it).
+    pub handed_ms: Option<u64>,
+    /// The store's answer: when, what, and what became of it.
+    pub answer: Option<(u64, Response, Reply)>,
+    /// A second delivery of a request: its answer reaches nobody.
+    pub duplicate: bool,
+}
+
+/// One execution of a task body, as the body saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyView {
+    pub on: Owner,
+    pub kind: TaskKind,
+    pub started_ms: u64,
+    pub ended_ms: Option<u64>,
+    pub error: Option<TaskError>,
+    /// Dropped before it returned (its process died, or it was cancelled).
+    pub stopped: bool,
+}
+
+/// One stage row and when it was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageView {
+    pub row: StageRow,
+    pub created_ms: u64,
+    /// When it was done, and the task linked to it then.
+    pub done: Option<(u64, Option<TaskId>)>,
+}
+
+/// One open transaction, as the store seam saw it: when its first
+/// statement applied, and the task rows its statements locked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxnView {
+    pub opened_ms: u64,
+    pub locks: BTreeSet<TaskId>,
+}
+
+/// How a transaction ended without a commit or a rollback of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnEnd {
+    /// Open for `txn_timeout_ms`.
+    TimedOut,
+    /// A newer incarnation of its process reached the store.
+    Superseded,
+    /// The store process died.
+    StoreCrashed,
+}
+
+/// One call of the application's client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallView {
+    pub what: ClientCall,
+    pub called_ms: u64,
+    pub answer: Option<(u64, ClientAnswer)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    concurrency: u32,
+    finalize_deadline_ms: u64,
+    pub now_ms: u64,
+    pub heal_ms: Option<u64>,
+    pub end_ms: Option<u64>,
+    pub tasks: BTreeMap<TaskId, TaskView>,
+    /// Ids of the tasks that are ready now.
+    pub ready: BTreeSet<TaskId>,
+    /// Ids of the tasks that are leased now.
+    pub leased: BTreeSet<TaskId>,
+    pub stages: BTreeMap<StageRef, StageView>,
+    /// Pipeline -> when its first stage row appeared.
+    pub pipelines: BTreeMap<GroupId, u64>,
+    /// Index -> (time it materialized, the task whose completion did it).
+    pub materialized: BTreeMap<IndexId, (u64, Option<TaskId>)>,
+    pub owners: BTreeMap<Owner, OwnerView>,
+    pub procs: BTreeMap<ProcId, ProcView>,
+    /// Requests that reached the store and are not finished.
+    pub requests: BTreeMap<u64, RequestView>,
+    /// Every body execution, by attempt.
+    pub bodies: BTreeMap<Fence, BodyView>,
+    /// Every grant the store committed: attempt -> commit time.
+    pub grants: BTreeMap<Fence, u64>,
+    pub calls: BTreeMap<u64, CallView>,
+    /// Idempotency key of an enqueue -> the task it created.
+    pub enqueue_keys: BTreeMap<u64, TaskId>,
+    /// Done task -> the attempt whose completion made it done.
+    pub completed_by: BTreeMap<TaskId, Fence>,
+    /// When the store process was down (crash, restart or still down).
+    pub store_down: Vec<(u64, Option<u64>)>,
+    pub txn_timeout_ms: u64,
+    /// Transactions open now.
+    pub txns: BTreeMap<TxnId, TxnView>,
+    /// Transactions that ended (a statement of one never reopens it).
+    pub txn_ended: BTreeSet<TxnId>,
+    /// The newest incarnation of each process the store has heard from.
+    pub newest: BTreeMap<ProcId, u32>,
+    /// Transactions that ended without a commit or rollback of their own,
+    /// and how, in the order they ended (for coverage and messages).
+    pub abandoned: Vec<(TxnId, TxnEnd)>,
+}
+
+impl View {
+    pub fn new(spec: &crate::Spec) -> Self {
+        View {
+            concurrency: spec.promises.concurrency,
+            finalize_deadline_ms: spec.promises.finalize_deadline_ms,
+            txn_timeout_ms: spec.promises.txn_timeout_ms,
+            ..View::default()
+        }
+    }
+
+    pub fn task(&self, id: TaskId) -> Option<&TaskView> {
+        self.tasks.get(&id)
+    }
+
+    pub fn owner(&self, owner: Owner) -> Option<&OwnerView> {
+        self.owners.get(&owner)
+    }
+
+    pub fn killed(&self, owner: Owner) -> Option<u64> {
+        self.owners.get(&owner).and_then(|o| o.killed_ms)
+    }
+
+    pub fn request(&self, req: u64) -> Option<&RequestView> {
+        self.requests.get(&req)
+    }
+
+    pub fn paused_between(&self, proc: ProcId, from: u64, to: u64) -> bool {
+        self.procs.get(&proc).is_some_and(|p| p.paused_between(from, to))
+    }
+
+    /// Was `owner` up, alive, running and connected during all of `[from, to]`?
+    pub fn live_throughout(&self, owner: Owner, from: u64, to: u64) -> bool {
+        let Some(o) = self.owners.get(&owner) else { return false };
+        let p = self.procs.get(&owner.proc);
+        o.up_ms.is_some_and(|up| up <= from)
+            && o.killed_ms.is_none_or(|k| k > to)
+            && p.is_none_or(|p| !p.paused_between(from, to) && !p.partitioned_between(from, to))
+    }
+
+    /// Slots of `owner` in use at `now`: bodies running, and attempts whose
+    /// outcome is still being recorded (at most the finalization deadline).
+    pub fn busy(&self, owner: Owner, now: u64) -> u32 {
+        self.owners.get(&owner).map_or(0, |o| self.busy_of(o, now))
+    }
+
+    /// `busy` for an owner already at hand (checkers that walk every owner
+    /// at every record ask this often).
+    pub fn busy_of(&self, o: &OwnerView, now: u64) -> u32 {
+        let finalizing = o.finalizing.values().filter(|&&ended| now < ended + self.finalize_deadline_ms).count();
+        (o.bodies.len() + finalizing) as u32
+    }
+
+    /// Is attempt `fence` active on its owner at `now`: its body running, or
+    /// its outcome still being recorded (within the finalization deadline)?
+    pub fn active(&self, fence: &Fence, now: u64) -> bool {
+        self.owners.get(&fence.owner).is_some_and(|o| {
+            o.bodies.contains(fence)
+                || o.finalizing.get(fence).is_some_and(|&ended| now < ended + self.finalize_deadline_ms)
+        })
+    }
+
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// The heal time, or `end_ms` when the history has no heal.
+    pub fn heal_or(&self, end_ms: u64) -> u64 {
+        self.heal_ms.unwrap_or(end_ms)
+    }
+
+    /// The open transaction (other than `except`) that holds a lock on the
+    /// task row, if any.
+    pub fn lock_holder(&self, task: TaskId, except: Option<TxnId>) -> Option<TxnId> {
+        self.txns.iter().find(|(id, t)| Some(**id) != except && t.locks.contains(&task)).map(|(id, _)| *id)
+    }
+
+    /// Has the store heard from a newer incarnation of this owner's process?
+    pub fn superseded(&self, owner: Owner) -> bool {
+        self.newest.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
+    }
+
+    /// Is the task row locked at `now` by a transaction still open then
+    /// (not past its timeout, its process not replaced)?
+    pub fn locked_at(&self, task: TaskId, now: u64) -> bool {
+        self.txns.iter().any(|(id, t)| {
+            let superseded = self.superseded(id.owner);
+            t.locks.contains(&task) && t.opened_ms + self.txn_timeout_ms > now && !superseded
+        })
+    }
+
+    /// Transactions open past `txn_timeout_ms` end as the store ends them.
+    fn expire_txns(&mut self, now: u64) {
+        let timeout_ms = self.txn_timeout_ms;
+        let expired: Vec<TxnId> =
+            self.txns.iter().filter(|(_, t)| t.opened_ms + timeout_ms <= now).map(|(id, _)| *id).collect();
+        for txn in expired {
+            self.end_txn(txn);
+            self.abandoned.push((txn, TxnEnd::TimedOut));
+        }
+    }
+
+    /// A newer incarnation of a process reached the store: the open
+    /// transactions of its older ones are gone with their connections.
+    fn saw_incarnation(&mut self, owner: Owner) {
+        let newest = self.newest.entry(owner.proc).or_insert(owner.incarnation);
+        if owner.incarnation < *newest {
+            return;
+        }
+        *newest = owner.incarnation;
+        let gone: Vec<TxnId> = self
+            .txns
+            .keys()
+            .filter(|t| t.owner.proc == owner.proc && t.owner.incarnation < owner.incarnation)
+            .copied()
+            .collect();
+        for txn in gone {
+            self.end_txn(txn);
+            self.abandoned.push((txn, TxnEnd::Superseded));
+        }
+    }
+
+    fn end_txn(&mut self, txn: TxnId) {
+        self.txns.remove(&txn);
+        self.txn_ended.insert(txn);
+    }
+
+    /// A statement or rollback of `txn` was answered.
+    fn txn_answered(&mut self, r: &RequestView, response: &Response) {
+        let Some((txn, commit)) = r.txn else { return };
+        let refused = matches!(response, Response::Rejected { reason: Refusal::TxnClosed | Refusal::TimedOut });
+        if matches!(r.request, Op::Rollback { .. }) || refused || commit {
+            self.end_txn(txn);
+            return;
+        }
+        if !self.txns.contains_key(&txn) && !self.txn_ended.contains(&txn) {
+            self.txns.insert(txn, TxnView { opened_ms: self.now_ms, locks: BTreeSet::new() });
+        }
+        let fence = match &r.request {
+            Op::LeaseValid { fence } | Op::Complete { fence } | Op::Fail { fence, .. } => fence,
+            Op::ClearStageLink { fence } => fence,
+            _ => return,
+        };
+        // A write locks the row its fence selected (not a done row a
+        // completion's retry reads); a lease check, the row it found valid.
+        let selected = self.tasks.get(&fence.task).is_some_and(|t| t.held_by(fence));
+        let locked = match response {
+            Response::Valid { valid } => *valid,
+            Response::Applied { .. } => selected,
+            _ => false,
+        };
+        if let (true, Some(t)) = (locked, self.txns.get_mut(&txn)) {
+            t.locks.insert(fence.task);
+        }
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, rec: &Record) {
+        let now = rec.at_ms;
+        self.now_ms = now;
+        if !self.txns.is_empty() {
+            self.expire_txns(now);
+        }
+        match &rec.entry {
+            Entry::World(w) => self.apply_world(now, w),
+            Entry::Truth(f) => self.apply_fact(now, f),
+            Entry::Engine(_) => {}
+        }
+    }
+
+    fn apply_world(&mut self, now: u64, w: &WorldEvent) {
+        match w {
+            WorldEvent::ProcessUp { owner } => {
+                self.owners.entry(*owner).or_default().up_ms.get_or_insert(now);
+                self.procs.entry(owner.proc).or_default();
+            }
+            WorldEvent::ProcessKilled { owner } => {
+                let o = self.owners.entry(*owner).or_default();
+                o.killed_ms.get_or_insert(now);
+                o.finalizing.clear();
+                for fence in std::mem::take(&mut o.bodies) {
+                    if let Some(b) = self.bodies.get_mut(&fence) {
+                        b.ended_ms.get_or_insert(now);
+                        b.stopped = true;
+                    }
+                }
+            }
+            WorldEvent::ProcessPaused { proc } => open(&mut self.procs.entry(*proc).or_default().pauses, now),
+            WorldEvent::ProcessResumed { proc } => close(&mut self.procs.entry(*proc).or_default().pauses, now),
+            WorldEvent::ClockOffset { proc, offset_ms } => {
+                self.procs.entry(*proc).or_default().offset_ms = *offset_ms;
+            }
+            WorldEvent::Fault { .. } => {}
+            WorldEvent::Heal => {
+                self.heal_ms.get_or_insert(now);
+            }
+            WorldEvent::End => {
+                self.end_ms.get_or_insert(now);
+            }
+        }
+    }
+
+    fn apply_fact(&mut self, now: u64, f: &Fact) {
+        match f {
+            Fact::Arrived { req, from, request, duplicate } => {
+                if let Sender::Worker(owner) = from {
+                    self.owners.entry(*owner).or_default().first_seen_ms.get_or_insert(now);
+                }
+                let view = RequestView {
+                    from: *from,
+                    request: request.statement().clone(),
+                    txn: match request {
+                        Op::Exec { txn, commit, .. } => Some((*txn, *commit)),
+                        Op::Rollback { txn } => Some((*txn, false)),
+                        // A COMMIT on its own ends its transaction as a
+                        // statement sent with COMMIT does.
+                        Op::Commit { txn } => Some((*txn, true)),
+                        _ => None,
+                    },
+                    arrived_ms: now,
+                    handed_ms: None,
+                    answer: None,
+                    duplicate: *duplicate,
+                };
+                self.requests.insert(*req, view);
+            }
+            Fact::Dropped { req } => {
+                self.requests.remove(req);
+            }
+            Fact::Refused { req, .. } => {
+                if let Some(r) = self.requests.remove(req) {
+                    // A refused statement's transaction is aborted with it.
+                    if let Some((txn, _)) = r.txn {
+                        self.end_txn(txn);
+                    }
+                    self.answer_reached(&r, now, None);
+                }
+            }
+            Fact::Handed { req } => {
+                if let Some(r) = self.requests.get_mut(req) {
+                    r.handed_ms = Some(now);
+                }
+                // The store sees who claims when it takes the claim (a long
+                // poll is answered later).
+                if let Some(Op::Heartbeat { owner } | Op::Claim { owner, .. }) =
+                    self.requests.get(req).map(|r| r.request.clone())
+                {
+                    self.saw_incarnation(owner);
+                }
+            }
+            Fact::Answered { req, response, commit, reply } => self.apply_answer(now, *req, response, commit, *reply),
+            Fact::Replied { req } => {
+                if let Some(r) = self.requests.remove(req) {
+                    let response = r.answer.as_ref().map(|(_, resp, _)| resp.clone());
+                    self.answer_reached(&r, now, response.as_ref());
+                }
+            }
+            Fact::Drift { commit } => self.apply_commit(now, None, None, commit),
+            Fact::BodyStarted { fence, kind, on } => {
+                let body =
+                    BodyView { on: *on, kind: *kind, started_ms: now, ended_ms: None, error: None, stopped: false };
+                self.bodies.insert(*fence, body);
+                self.owners.entry(*on).or_default().bodies.insert(*fence);
+            }
+            Fact::BodyEnded { fence, on, error } => {
+                if let Some(b) = self.bodies.get_mut(fence) {
+                    b.ended_ms.get_or_insert(now);
+                    b.error = *error;
+                }
+                let o = self.owners.entry(*on).or_default();
+                if o.bodies.remove(fence) && o.killed_ms.is_none() {
+                    o.finalizing.insert(*fence, now);
+                }
+            }
+            Fact::BodyStopped { fence, on } => {
+                if let Some(b) = self.bodies.get_mut(fence) {
+                    b.ended_ms.get_or_insert(now);
+                    b.stopped = true;
+                }
+                self.owners.entry(*on).or_default().bodies.remove(fence);
+            }
+            Fact::ClientCalled { call, what } => {
+                self.calls.insert(*call, CallView { what: what.clone(), called_ms: now, answer: None });
+            }
+            Fact::ClientAnswered { call, answer } => {
+                if let Some(c) = self.calls.get_mut(call) {
+                    c.answer = Some((now, *answer));
+                }
+            }
+            Fact::Partitioned { proc } => open(&mut self.procs.entry(*proc).or_default().partitions, now),
+            Fact::Rejoined { proc } => close(&mut self.procs.entry(*proc).or_default().partitions, now),
+            Fact::StoreCrashed { .. } => {
+                open(&mut self.store_down, now);
+                for (txn, _) in std::mem::take(&mut self.txns) {
+                    self.txn_ended.insert(txn);
+                    self.abandoned.push((txn, TxnEnd::StoreCrashed));
+                }
+            }
+            Fact::StoreRestarted => close(&mut self.store_down, now),
+            Fact::Callback { .. }
+            | Fact::NoteSent { .. }
+            | Fact::NoteDelivered { .. }
+            | Fact::TxnSent { .. }
+            | Fact::Final { .. }
+            | Fact::FinalQueues { .. } => {}
+        }
+    }
+
+    fn apply_answer(&mut self, now: u64, req: u64, response: &Response, commit: &Commit, reply: Reply) {
+        let Some(mut r) = self.requests.remove(&req) else {
+            self.apply_commit(now, Some(req), None, commit);
+            return;
+        };
+        if let (Op::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
+            self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
+        }
+        if let Op::Heartbeat { owner } | Op::Claim { owner, .. } = &r.request {
+            self.saw_incarnation(*owner);
+        }
+        self.txn_answered(&r, response);
+        let completed_by = match &r.request {
+            Op::Complete { fence } => Some(fence.task),
+            _ => None,
+        };
+        self.apply_commit(now, Some(req), completed_by, commit);
+        if let (Op::Enqueue { key: Some(key), .. }, Response::Enqueued { task }) = (&r.request, response) {
+            self.enqueue_keys.entry(*key).or_insert(*task);
+        }
+        if let Op::Complete { fence } = &r.request {
+            if commit.task(fence.task).is_some_and(|c| c.after.state == TaskState::Done) {
+                self.completed_by.insert(fence.task, *fence);
+            }
+        }
+        r.handed_ms.get_or_insert(now);
+        match reply {
+            Reply::Sent => self.answer_reached(&r, now, Some(response)),
+            // A lost answer never reaches its caller; it waits out its deadline.
+            Reply::Lost => {}
+            Reply::Late => {
+                r.answer = Some((now, response.clone(), reply));
+                self.requests.insert(req, r);
+            }
+        }
+    }
+
+    /// The caller of `r` got its answer (`None`: the harness's refusal). An
+    /// attempt's final outcome answer ends its finalization.
+    fn answer_reached(&mut self, r: &RequestView, _now: u64, response: Option<&Response>) {
+        let Sender::Worker(owner) = r.from else { return };
+        if r.duplicate {
+            return;
+        }
+        let fence = match &r.request {
+            Op::Complete { fence } | Op::Fail { fence, .. } => Some(*fence),
+            Op::LeaseValid { fence } if matches!(response, Some(Response::Valid { valid: false }) | None) => {
+                Some(*fence)
+            }
+            Op::ClearStageLink { fence } if !matches!(response, Some(Response::Applied { .. })) => Some(*fence),
+            // A lease check that held, a stage link cleared (the completion
+            // follows), or no outcome request at all.
+            Op::LeaseValid { .. }
+            | Op::ClearStageLink { .. }
+            | Op::Enqueue { .. }
+            | Op::CreatePipeline { .. }
+            | Op::Claim { .. }
+            | Op::Heartbeat { .. }
+            | Op::Renew { .. }
+            | Op::ReleaseDead { .. }
+            | Op::ReleaseOrphans { .. }
+            | Op::ReclaimExpired { .. }
+            | Op::Repair { .. }
+            | Op::Maintain { .. }
+            | Op::PipelineSnapshot { .. }
+            | Op::EnqueueStage { .. }
+            | Op::QueryIndex { .. }
+            | Op::Exec { .. }
+            | Op::Rollback { .. }
+            | Op::Commit { .. }
+            | Op::ReleaseOwners { .. }
+            | Op::ReturnOwn { .. }
+            | Op::Other { .. } => None,
+        };
+        if let (Some(fence), Some(o)) = (fence, self.owners.get_mut(&owner)) {
+            o.finalizing.remove(&fence);
+        }
+    }
+
+    /// The store's rows change as `commit` (of request `req`) says.
+    fn apply_commit(&mut self, now: u64, req: Option<u64>, completed_by: Option<TaskId>, commit: &Commit) {
+        for change in &commit.tasks {
+            let after = &change.after;
+            let id = after.id;
+            match self.tasks.get_mut(&id) {
+                None => {
+                    let view = TaskView {
+                        row: after.clone(),
+                        created_ms: now,
+                        created_by: req,
+                        ready_since_ms: now,
+                        last_failure: None,
+                    };
+                    self.tasks.insert(id, view);
+                }
+                Some(t) => {
+                    let before = std::mem::replace(&mut t.row, after.clone());
+                    if after.state == TaskState::Ready && before.state != TaskState::Ready {
+                        t.ready_since_ms = now;
+                    }
+                    if after.retries > before.retries {
+                        t.last_failure = Some((now, after.retries));
+                    }
+                }
+            }
+            let was_leased = change.before.as_ref().is_some_and(|b| b.state == TaskState::Leased);
+            let regranted = change.before.as_ref().is_none_or(|b| b.attempt != after.attempt);
+            if after.state == TaskState::Leased && (!was_leased || regranted) {
+                if let Some(owner) = after.owner {
+                    self.grants.insert(Fence { task: id, attempt: after.attempt, owner }, now);
+                }
+            }
+            set_membership(&mut self.ready, id, after.state == TaskState::Ready);
+            set_membership(&mut self.leased, id, after.state == TaskState::Leased);
+        }
+        for change in &commit.stages {
+            self.pipelines.entry(change.stage.pipeline).or_insert(now);
+            let view = self.stages.entry(change.stage).or_insert_with(|| StageView {
+                row: change.after.clone(),
+                created_ms: now,
+                done: None,
+            });
+            let was_done = view.row.done;
+            let linked = view.row.task;
+            view.row = change.after.clone();
+            if change.after.done && !was_done {
+                view.done = Some((now, linked));
+            }
+        }
+        for index in &commit.materialized {
+            self.materialized.entry(*index).or_insert((now, completed_by));
+        }
+    }
+}
+
+fn set_membership(set: &mut BTreeSet<TaskId>, id: TaskId, member: bool) {
+    if member {
+        set.insert(id);
+    } else {
+        set.remove(&id);
+    }
+}

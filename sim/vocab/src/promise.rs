@@ -1,0 +1,200 @@
+//! What an engine promises, as data it declares, and what it can do.
+//!
+//! The checkers never call an engine's own helpers: a bug there would agree
+//! with itself. Each engine's adapter states its promises here, from its
+//! configuration's documented meaning, and the checkers re-derive every
+//! deadline from these values alone.
+
+use crate::task::{MaintenanceKind, TaskKind};
+use serde::{Deserialize, Serialize};
+
+/// Lease term per task kind. `None`: ownership rests on the holder's
+/// liveness (heartbeats), not on a lease that expires.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTerms {
+    pub index_build_ms: Option<u64>,
+    pub authz_materialization_ms: Option<u64>,
+    pub job_ms: Option<u64>,
+    pub stage_ms: Option<u64>,
+    pub workflow_task_ms: Option<u64>,
+    pub activity_ms: Option<u64>,
+}
+
+impl LeaseTerms {
+    pub fn for_kind(&self, kind: TaskKind) -> Option<u64> {
+        match kind {
+            TaskKind::IndexBuild => self.index_build_ms,
+            TaskKind::AuthzMaterialization => self.authz_materialization_ms,
+            TaskKind::Job => self.job_ms,
+            TaskKind::Stage => self.stage_ms,
+            TaskKind::WorkflowTask => self.workflow_task_ms,
+            TaskKind::Activity => self.activity_ms,
+        }
+    }
+}
+
+/// When a failed task may run again, after its `n`-th failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backoff {
+    /// `base_ms * 2^(n-1)`, at most `cap_ms`, from the failure's commit.
+    Doubling { base_ms: u64, cap_ms: u64 },
+    /// `e^min(n, max_exponent)` units (rounded to the store's microseconds),
+    /// from the later of the failure's commit and the task's previous due
+    /// time (a job queue's `greatest(now(), run_at) + exp(...)`).
+    Exponential { unit_ms: u64, max_exponent: u32 },
+}
+
+/// Everything the checkers hold an engine to, in its own configured values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promises {
+    /// Tasks one worker process runs at once.
+    pub concurrency: u32,
+    /// At most this many tasks per claim.
+    pub claim_batch_max: u32,
+    /// The longest an idle worker waits before it claims again.
+    pub idle_poll_ms: u64,
+    /// How long the store may hold a claim open waiting for work (0: polls).
+    pub long_poll_ms: u64,
+    pub lease_ttl: LeaseTerms,
+    /// A lease is renewed once TTL / this divisor remains.
+    pub renew_divisor: u64,
+    pub heartbeat_interval_ms: u64,
+    /// A holder silent for this long is dead: recovery may release its tasks.
+    pub dead_after_ms: u64,
+    /// Period of the recovery pass that releases dead holders' tasks.
+    pub cleanup_interval_ms: u64,
+    pub backoff: Backoff,
+    /// A task dies on the failure that brings it past this many retries.
+    pub max_retries: u32,
+    /// Outcome persistence gives up after this (the slot is freed anyway).
+    pub finalize_deadline_ms: u64,
+    /// Deadline of ordinary store calls.
+    pub rpc_timeout_ms: u64,
+    pub maintenance: Vec<MaintenanceKind>,
+    pub maintenance_interval_ms: u64,
+    /// The store aborts a transaction open this long.
+    pub txn_timeout_ms: u64,
+    /// A task released by recovery is not due again before this much later.
+    pub recovery_delay_ms: u64,
+}
+
+/// What an engine can do. An invariant or coverage point about something
+/// an engine cannot do is reported "not applicable" for it, never "passed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// It reports what it does through an observer seam (testimony).
+    pub testimony: bool,
+    /// Worker slots (permits) are part of its testimony.
+    pub permits: bool,
+    /// Leases that expire, with renewals and lease checks.
+    pub leases: bool,
+    /// Each grant's row carries a fresh attempt number (the previous + 1).
+    pub fresh_attempts: bool,
+    /// Ownership by holder liveness: heartbeats and release of dead holders.
+    pub heartbeats: bool,
+    /// Same-owner recovery of tasks an owner holds and does not run.
+    pub orphan_recovery: bool,
+    /// The store answers an outcome write with whether it applied.
+    pub outcome_answers: bool,
+    /// Groups of tasks repaired together (workflow runs).
+    pub groups: bool,
+    pub pipelines: bool,
+    pub indexes: bool,
+    pub maintenance: bool,
+    /// Transactions that span round trips.
+    pub transactions: bool,
+    /// Named queues that run one task at a time.
+    pub named_queues: bool,
+    /// Peer notes between workers (a retry time passed on).
+    pub peer_notes: bool,
+    /// Enqueues carry an idempotency key.
+    pub enqueue_keys: bool,
+    /// The application is told of a committed completion.
+    pub callbacks: bool,
+    /// A process's clock can be offset from the store's (its clock is a seam).
+    pub clock_seam: bool,
+}
+
+impl Capabilities {
+    /// Everything: the built-in engine.
+    pub const ALL: Capabilities = Capabilities {
+        testimony: true,
+        permits: true,
+        leases: true,
+        fresh_attempts: true,
+        heartbeats: true,
+        orphan_recovery: true,
+        outcome_answers: true,
+        groups: true,
+        pipelines: true,
+        indexes: true,
+        maintenance: true,
+        transactions: true,
+        named_queues: true,
+        peer_notes: true,
+        enqueue_keys: true,
+        callbacks: true,
+        clock_seam: true,
+    };
+
+    /// Every capability by name, for `cargo sim list` and messages.
+    pub fn named(&self) -> Vec<(&'static str, bool)> {
+        vec![
+            ("testimony", self.testimony),
+            ("permits", self.permits),
+            ("leases", self.leases),
+            ("fresh-attempts", self.fresh_attempts),
+            ("heartbeats", self.heartbeats),
+            ("orphan-recovery", self.orphan_recovery),
+            ("outcome-answers", self.outcome_answers),
+            ("groups", self.groups),
+            ("pipelines", self.pipelines),
+            ("indexes", self.indexes),
+            ("maintenance", self.maintenance),
+            ("transactions", self.transactions),
+            ("named-queues", self.named_queues),
+            ("peer-notes", self.peer_notes),
+            ("enqueue-keys", self.enqueue_keys),
+            ("callbacks", self.callbacks),
+            ("clock-seam", self.clock_seam),
+        ]
+    }
+}
+
+/// A run is a fault phase, then a heal (faults stop, paused processes resume,
+/// dead ones restart), then a liveness phase in which the world must converge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phases {
+    pub fault_phase_ms: u64,
+    pub heal_phase_ms: u64,
+}
+
+impl Phases {
+    pub fn duration_ms(&self) -> u64 {
+        self.fault_phase_ms + self.heal_phase_ms
+    }
+}
+
+/// Liveness bounds. Each is measured in simulated time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    /// A due task is claimed within this while some live worker has a free permit.
+    pub claim_bound_ms: u64,
+    /// An expired lease is reclaimed within this after it expires.
+    pub recovery_bound_ms: u64,
+    /// Extra time allowed, on top of the finalization deadline, between the end of
+    /// an attempt's execution and the release of its permit.
+    pub permit_release_slack_ms: u64,
+    /// After heal, every index build enqueued before heal is materialized within this.
+    pub materialize_bound_ms: u64,
+    /// After heal, every task is terminal within this.
+    pub completion_bound_ms: u64,
+    /// An index build enqueued this long after the heal, or later, must answer
+    /// "materialized" to its query (issued `query_after_ms` after the enqueue,
+    /// waiting `query_lag_timeout_ms`). Unset: not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_index_after_heal_ms: Option<u64>,
+}
