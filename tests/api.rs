@@ -18,7 +18,7 @@ fn two_workers() -> Scenario {
         name: "two-workers".into(),
         description: "two workers, a dozen jobs that fail and retry, and a few index builds".into(),
         topology: Topology { workers: 2 },
-        engine: EngineConfig {
+        engine: leasesim_builtin::section(EngineConfig {
             concurrency: 2,
             notify_peers: true,
             maintenance: vec![MaintenanceKind::Index],
@@ -28,7 +28,7 @@ fn two_workers() -> Scenario {
                 ..LeaseTtls::default()
             },
             ..EngineConfig::default()
-        },
+        }),
         workload: Workload {
             enqueue_window_ms: 60_000,
             jobs: 12,

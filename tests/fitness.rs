@@ -5,7 +5,7 @@
 //! would: a configuration the engine misreads (it runs with other constants
 //! than the scenario promises), a store that answers or commits wrongly, a
 //! worker or client whose calls go wrong, an engine whose events lie. Each
-//! variant enters through the hooks of `leasesim_sim::world::Variant`, never
+//! variant enters through the hooks of `leasesim_builtin::variant::Variant`, never
 //! through `src/`, and the harness's ground truth does not know it is there.
 //!
 //! One check function: a small swarm campaign with the variant must report
@@ -20,9 +20,8 @@ use leasesim::ids::{Owner, StageRef};
 use leasesim::proto::{Request, Response, RpcError};
 use leasesim::store::server::StoreServer;
 use leasesim::task::{TaskKind, TaskSpec, TaskState};
+use leasesim_builtin::variant::{BoxFuture, Call, Variant};
 use leasesim_sim::runner;
-use leasesim_sim::world::variant::{BoxFuture, Call};
-use leasesim_sim::world::Variant;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +39,9 @@ fn check(f: &Fitness) {
     let with = |seed: u64, variant: Option<Arc<dyn Variant>>| {
         let mut spec = common::spec(f.scenario, seed);
         if let Some(v) = variant {
-            spec = spec.with_variant(v);
+            let mut scenario = (*spec.scenario).clone();
+            scenario.engine = leasesim_builtin::with_variant(&scenario.engine, v);
+            spec.scenario = Arc::new(scenario);
         }
         let outcome = runner::run_seed(&spec, runner::DEFAULT_WATCHDOG)
             .unwrap_or_else(|e| panic!("{} seed {seed}: {e}", f.scenario));

@@ -12,7 +12,7 @@
 //!
 //! Set `LEASESIM_DUMP=1` to print every run's history (one JSON record a line).
 
-use leasesim::defects::{Defect, Defects};
+use leasesim::defects::Defect;
 use leasesim_sim::check::Violation;
 use leasesim_sim::faults::{FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
 use leasesim_sim::history::{Entry, Record, WorldEvent};
@@ -61,10 +61,9 @@ fn check(reg: &Regression) {
         .unwrap_or_else(|e| panic!("{}: bad fault plan: {e}", reg.scenario));
     for seed in SEEDS {
         for defect in [None, Some(reg.defect)] {
-            let defects = Defects(defect.into_iter().collect());
             let spec = RunSpec::new(scenario.clone(), path.display().to_string(), seed)
                 .with_plan(PlanSource::Explicit(plan.clone()))
-                .with_defects(defects);
+                .with_defects(defect.iter().map(|d| d.name()));
             let result = runner::run_world(&spec, runner::DEFAULT_WATCHDOG)
                 .unwrap_or_else(|e| panic!("{} seed {seed} {defect:?}: {e}", reg.scenario));
             let outcome = runner::judge(&spec, &result);
@@ -454,7 +453,7 @@ fn a1_builds(run: &Run) -> Vec<At<TaskId>> {
 }
 
 fn a1_fixed(run: &Run) {
-    let engine = &run.scenario.engine;
+    let engine = run.scenario.engine.get().promises();
     let lag = run.scenario.workload.query_lag_timeout_ms;
     let heal = run.heal_ms();
     // Failure persistence is bounded: each held finalization gives up after
@@ -675,7 +674,11 @@ fn b1_attempts(run: &Run) -> (TaskId, At<Fence>, At<Fence>, u64) {
     assert_eq!(releases.len(), 1, "{run}: releases\n{}", trace());
     let (released, (fence, cause)) = releases[0];
     assert_eq!((fence, cause), (a1, ReleaseCause::DeadOwner), "{run}: release\n{}", trace());
-    assert!(released >= paused[0] + run.scenario.engine.dead_after_ms && released <= g2, "{run}\n{}", trace());
+    assert!(
+        released >= paused[0] + run.scenario.engine.get().promises().dead_after_ms && released <= g2,
+        "{run}\n{}",
+        trace()
+    );
     // p1's execution of attempt 1 returns only once p1 runs again.
     let (finished, failed) = run.finished(a1).unwrap_or_else(|| panic!("{run}: attempt 1 never returned\n{}", trace()));
     assert!(finished >= resumed && !failed, "{run}: attempt 1 returned at {finished} ms\n{}", trace());
@@ -799,7 +802,7 @@ fn c_activity_untouched(run: &Run, activity: TaskId) {
 
 /// The lease expiry of a workflow task's attempt 1.
 fn c_expiry(run: &Run, (granted, _): At<Fence>) -> u64 {
-    granted + run.scenario.engine.lease_ttl.workflow_task_ms.expect("workflow tasks are leased")
+    granted + run.scenario.engine.get().promises().lease_ttl.workflow_task_ms.expect("workflow tasks are leased")
 }
 
 fn c_fixed(run: &Run) {

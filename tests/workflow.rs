@@ -111,7 +111,7 @@ fn a_campaign_records_panics_hangs_and_resource_limits_and_goes_on() {
         jobs: 2,
         plan: PlanSource::Swarm,
         watchdog: std::time::Duration::from_secs(5),
-        defects: leasesim::defects::Defects::none(),
+        defects: Vec::new(),
         sabotage: Some(sabotage),
     };
     let summary = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});

@@ -27,7 +27,6 @@ use crate::fuzz::{self, Campaign, Failure, SeedSpace, Summary, Target};
 use crate::outcome::Outcome;
 use crate::runner::{self, PlanSource, RunError};
 use crate::scenario::{self, Scenario};
-use leasesim::defects::{Defect, Defects};
 use std::ops::{Range, RangeInclusive};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -69,7 +68,7 @@ pub struct Simulation {
     in_code: bool,
     seeds: (u64, u64),
     plan: PlanSource,
-    defects: Defects,
+    defects: Vec<String>,
     watchdog: Duration,
     jobs: usize,
     save: Option<PathBuf>,
@@ -96,6 +95,7 @@ impl Simulation {
     /// If the scenario describes no real world (`scenario::validate`: the
     /// message names the field and the allowed range).
     pub fn from_scenario(scenario: Scenario) -> Simulation {
+        crate::engines();
         if let Err(e) = scenario::validate(&scenario) {
             panic!("Simulation::from_scenario({}): {e}", scenario.name);
         }
@@ -109,7 +109,7 @@ impl Simulation {
             in_code,
             seeds: (1, 11),
             plan: PlanSource::Swarm,
-            defects: Defects::none(),
+            defects: Vec::new(),
             watchdog: runner::DEFAULT_WATCHDOG,
             jobs: fuzz::default_jobs(),
             save: None,
@@ -130,14 +130,18 @@ impl Simulation {
 
     /// Turns a defect switch on (each re-creates a real bug; all off is the
     /// correct engine). Can be called again for several.
-    pub fn defect(mut self, defect: Defect) -> Simulation {
-        self.defects.0.insert(defect);
+    pub fn defect(mut self, defect: impl ToString) -> Simulation {
+        self.defects.push(defect.to_string());
+        self.defects.sort();
+        self.defects.dedup();
         self
     }
 
     /// Turns every defect switch of `defects` on.
-    pub fn defects(mut self, defects: impl IntoIterator<Item = Defect>) -> Simulation {
-        self.defects.0.extend(defects);
+    pub fn defects<D: ToString>(mut self, defects: impl IntoIterator<Item = D>) -> Simulation {
+        for defect in defects {
+            self = self.defect(defect);
+        }
         self
     }
 

@@ -4,7 +4,7 @@
 
 use crate::fuzz::{self, Campaign, Progress, SeedSpace, Target};
 use crate::runner::{PlanSource, DEFAULT_WATCHDOG};
-use leasesim::defects::{Defect, Defects};
+use leasesim::defects::Defect;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,7 +75,7 @@ fn start_of(k: u64) -> u64 {
 
 /// A measured campaign: `seeds` seeds from `start` over `targets`, faults
 /// drawn per seed, no time budget.
-pub fn campaign(targets: &[Target], start: u64, seeds: u64, jobs: usize, defects: Defects) -> Campaign {
+pub fn campaign(targets: &[Target], start: u64, seeds: u64, jobs: usize, defects: Vec<String>) -> Campaign {
     Campaign {
         targets: targets.to_vec(),
         seeds: SeedSpace::range(start, Some(start + seeds)),
@@ -95,7 +95,7 @@ fn campaign_from(
     start: u64,
     seeds: u64,
     jobs: usize,
-    defects: Defects,
+    defects: Vec<String>,
     mode: Mode,
     mut seen: impl FnMut(&Progress<'_>) -> bool,
 ) {
@@ -141,7 +141,7 @@ pub fn time_to_find(defect: Defect, target: &Target, starts: u64, cap: u64, jobs
             start_of(k),
             cap,
             jobs,
-            Defects([defect].into_iter().collect()),
+            vec![defect.name().to_string()],
             mode,
             |p| {
                 let hit = matches!(p.last, Ok(o) if o.violations.iter().any(|v| v.invariant == invariant));
@@ -170,7 +170,7 @@ pub fn time_to_find(defect: Defect, target: &Target, starts: u64, cap: u64, jobs
 /// often (but at least once), rarest first, with their counts.
 pub fn rarest_points(targets: &[Target], seeds: u64, jobs: usize, how_many: usize) -> Vec<(String, u64)> {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    campaign_from(targets, 1, seeds, jobs, Defects::none(), Mode::Plain, |p| {
+    campaign_from(targets, 1, seeds, jobs, Vec::new(), Mode::Plain, |p| {
         if let Ok(o) = p.last {
             for point in &o.coverage {
                 *counts.entry(point.clone()).or_default() += 1;
@@ -212,7 +212,7 @@ pub fn time_to_cover(
     for k in 0..starts {
         let mut first: Vec<Option<u64>> = vec![None; points.len()];
         let mut hits = vec![0; points.len()];
-        campaign_from(targets, start_of(k), cap, jobs, Defects::none(), mode, |p| {
+        campaign_from(targets, start_of(k), cap, jobs, Vec::new(), mode, |p| {
             if let Ok(o) = p.last {
                 for (i, point) in points.iter().enumerate() {
                     if o.coverage.contains(point) {
@@ -267,7 +267,7 @@ pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> T
     let mut event_rates = Vec::new();
     let mut sim_rates = Vec::new();
     for _ in 0..repeats {
-        let campaign = campaign(std::slice::from_ref(target), 1, seeds, jobs, Defects::none());
+        let campaign = campaign(std::slice::from_ref(target), 1, seeds, jobs, Vec::new());
         let s = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
         rates.push(s.seeds_per_second);
         event_rates.push(s.events_per_second);

@@ -11,7 +11,7 @@ use crate::bench::{self, median, FindResult, Mode, Throughput};
 use crate::fuzz::{self, Campaign, Target};
 use crate::mem;
 use crate::runner::{self, RunSpec, DEFAULT_WATCHDOG};
-use leasesim::defects::{Defect, Defects};
+use leasesim::defects::Defect;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -175,7 +175,7 @@ pub fn phases_of(target: &Target, seeds: u64) -> Phases {
 }
 
 fn plain_campaign(target: &Target, seeds: u64, jobs: usize) -> Campaign {
-    bench::campaign(std::slice::from_ref(target), 1, seeds, jobs, Defects::none())
+    bench::campaign(std::slice::from_ref(target), 1, seeds, jobs, Vec::new())
 }
 
 /// Peak RSS after the early milestone and at the end of one campaign.

@@ -11,7 +11,6 @@ use crate::faults::{FaultEvent, FaultPlan};
 use crate::outcome::Outcome;
 use crate::runner::{PlanSource, RunSpec};
 use crate::scenario;
-use leasesim::defects::{Defect, Defects};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -38,8 +37,9 @@ pub struct Entry {
     /// A built-in scenario name or a scenario file path.
     pub scenario: String,
     pub seed: u64,
+    /// The engine's defect switches that were on (`cargo sim list`).
     #[serde(default)]
-    pub defects: Vec<Defect>,
+    pub defects: Vec<String>,
     #[serde(default)]
     pub faults: FaultsMode,
     /// `pass`, or the name of the invariant the run must violate (or
@@ -70,9 +70,13 @@ impl Entry {
     }
 
     pub fn parse(text: &str) -> Result<Entry, String> {
+        crate::engines();
         let entry: Entry = scenario::from_toml(text)?;
         if !expectations().contains(&entry.expect.as_str()) {
             return Err(format!("expect: unknown expectation '{}' (pass, panic, hang or an invariant)", entry.expect));
+        }
+        for (i, name) in entry.defects.iter().enumerate() {
+            crate::known_defect(name).map_err(|e| format!("defects[{i}]: {e}"))?;
         }
         if entry.faults != FaultsMode::Explicit && !entry.plan.is_empty() {
             return Err("plan: only allowed with faults = \"explicit\"".into());
@@ -101,9 +105,12 @@ impl Entry {
                 PlanSource::Explicit(plan)
             }
         };
+        if let Err(e) = loaded.scenario.engine.get().with_switches(&self.defects) {
+            return Err(format!("{}: defects: {e}", path.display()));
+        }
         let mut spec = RunSpec::new(Arc::new(loaded.scenario), self.scenario.clone(), self.seed)
             .with_plan(plan)
-            .with_defects(Defects(self.defects.iter().copied().collect()));
+            .with_defects(self.defects.iter());
         spec.replay_override = Some(format!("cargo sim replay {}", path.display()));
         Ok(spec)
     }
@@ -131,7 +138,7 @@ impl Entry {
             comment,
             scenario: spec.scenario_arg.clone(),
             seed: spec.seed,
-            defects: spec.defects.0.iter().copied().collect(),
+            defects: spec.defects.clone(),
             faults: FaultsMode::Explicit,
             expect: expect.to_string(),
             trace_hash: None,
@@ -141,7 +148,7 @@ impl Entry {
     }
 
     /// The grouping key of a failure: the same bug found again has the same one.
-    pub fn signature(&self) -> (String, String, Vec<Defect>) {
+    pub fn signature(&self) -> (String, String, Vec<String>) {
         (self.scenario.clone(), self.expect.clone(), self.defects.clone())
     }
 
@@ -259,7 +266,7 @@ pub fn save_failure(dir: &Path, spec: &RunSpec, expect: &str, comment: String) -
 pub fn stem(entry: &Entry) -> String {
     let scenario = Path::new(&entry.scenario).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario").to_string();
     let mut parts = vec![scenario, entry.expect.clone()];
-    parts.extend(entry.defects.iter().map(|d| d.name().to_string()));
+    parts.extend(entry.defects.iter().cloned());
     parts.push(format!("seed{}", entry.seed));
     parts.join("-")
 }

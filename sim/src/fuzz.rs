@@ -95,7 +95,8 @@ pub struct Campaign {
     pub jobs: usize,
     pub plan: PlanSource,
     pub watchdog: Duration,
-    pub defects: leasesim::defects::Defects,
+    /// The engine's defect switches to turn on (names; none: the correct engine).
+    pub defects: Vec<String>,
     /// Breaks chosen seeds on purpose (tests of the campaign only).
     pub sabotage: Option<fn(u64) -> Option<crate::world::Sabotage>>,
 }
@@ -193,7 +194,7 @@ impl Campaign {
         Some(
             RunSpec::new(target.scenario.clone(), target.arg.clone(), seed)
                 .with_plan(self.plan.clone())
-                .with_defects(self.defects.clone())
+                .with_defects(self.defects.iter())
                 .with_sabotage(sabotage),
         )
     }

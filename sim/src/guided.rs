@@ -84,7 +84,7 @@ impl Guide {
 
     fn spec(&self, campaign: &Campaign, target: usize, seed: u64, plan: PlanSource) -> RunSpec {
         let t = &campaign.targets[target];
-        RunSpec::new(t.scenario.clone(), t.arg.clone(), seed).with_plan(plan).with_defects(campaign.defects.clone())
+        RunSpec::new(t.scenario.clone(), t.arg.clone(), seed).with_plan(plan).with_defects(campaign.defects.iter())
     }
 
     /// A parent, drawn with a weight that grows as the points it reached are
@@ -171,4 +171,27 @@ pub fn run(
         base += batch.len() as u64;
     }
     (tally.finish(&campaign.targets, started), guide.stats)
+}
+
+#[cfg(test)]
+mod mutation_tests {
+    use crate::faults::mutate;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// (The mutation lives in `leasesim-world`; it is tested here, where an
+    /// engine is known to configure the scenario with.)
+    #[test]
+    fn mutated_plans_are_valid_and_deterministic() {
+        let s = crate::scenario::resolve("swarm").expect("swarm loads").scenario;
+        let mut plan = crate::faults::draw(7, &s);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut again = ChaCha8Rng::seed_from_u64(1);
+        for _ in 0..500 {
+            let next = mutate(&plan, &mut rng, &s);
+            assert_eq!(next, mutate(&plan, &mut again, &s), "same RNG, same mutation");
+            next.validate(s.topology.workers, s.phases.fault_phase_ms).expect("a mutated plan is valid");
+            plan = next;
+        }
+    }
 }

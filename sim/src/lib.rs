@@ -1,8 +1,11 @@
-//! leasesim's harness: seeded simulated worlds that run the engine, inject
-//! faults, record the event history and check invariants against it.
+//! leasesim's campaigns: fuzzing many seeds, the corpus of saved runs,
+//! shrinking, benchmarks, pictures of a run, and the CLI (`cargo sim`).
 //!
-//! The CLI (`cargo sim`) is one way in; [`Simulation`] is the other, for
-//! simulation tests written in Rust (see the `api` module).
+//! The world, its seams and the runner of one seed are `leasesim-world`;
+//! the checkers `leasesim-check`; the vocabulary `leasesim-vocab`; each
+//! engine under test comes in through its adapter (`sim/engines/`). This
+//! crate knows the engines it ships with ([`engines`]). [`Simulation`] is
+//! the way in for simulation tests written in Rust (see the `api` module).
 
 #[cfg(not(madsim))]
 compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
@@ -13,20 +16,60 @@ pub mod bench_suite;
 pub mod cli;
 pub mod corpus;
 pub mod export;
-pub mod faults;
 pub mod fuzz;
 pub mod guided;
-pub mod history;
-pub mod logs;
 pub mod mem;
-pub mod outcome;
-pub mod runner;
-pub mod scenario;
 pub mod shrink;
-pub mod world;
 
 pub use api::{Report, Simulation};
 /// The checkers, which judge records alone (their own crate).
 pub use leasesim_check as check;
 /// Ground truth, in the vocabulary every engine is described in.
 pub use leasesim_vocab::truth;
+pub use leasesim_world::{engine, faults, history, logs, outcome, runner, world};
+
+/// Scenarios; loading one first makes the engines this crate ships known.
+pub mod scenario {
+    pub use leasesim_world::scenario::*;
+
+    /// Parses and validates a scenario (see `leasesim_world::scenario::parse`).
+    pub fn parse(text: &str) -> Result<Scenario, String> {
+        crate::engines();
+        leasesim_world::scenario::parse(text)
+    }
+
+    /// Resolves a built-in scenario name or a path, and loads it.
+    pub fn resolve(name_or_path: &str) -> Result<Loaded, String> {
+        crate::engines();
+        leasesim_world::scenario::resolve(name_or_path)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Loaded, String> {
+        crate::engines();
+        leasesim_world::scenario::load(path)
+    }
+
+    /// Deserializes TOML into `T` (a scenario or corpus entry may name an engine).
+    pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+        crate::engines();
+        leasesim_world::scenario::from_toml(text)
+    }
+}
+
+/// Makes the engines this crate ships with known by name (idempotent).
+pub fn engines() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(leasesim_builtin::register);
+}
+
+/// `name`, if some known engine has a defect switch of that name (each run
+/// checks its own engine's); else one line listing the known ones.
+pub fn known_defect(name: &str) -> Result<String, String> {
+    engines();
+    let known: Vec<&str> = engine::known().iter().flat_map(|a| a.switches()).map(|(name, _)| name).collect();
+    if known.contains(&name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!("unknown defect '{name}' (known: {})", known.join(", ")))
+    }
+}

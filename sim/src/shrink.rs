@@ -9,7 +9,6 @@
 use crate::faults::{FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
 use crate::runner::{self, PlanSource, RunSpec};
 use crate::scenario::Scenario;
-use leasesim::defects::Defects;
 use std::sync::Arc;
 
 /// A world and its fault plan: what shrinking makes smaller.
@@ -50,7 +49,7 @@ impl Case {
 
 pub struct Shrinker {
     pub seed: u64,
-    pub defects: Defects,
+    pub defects: Vec<String>,
     pub invariant: String,
     pub budget: usize,
     pub runs: usize,
@@ -71,7 +70,7 @@ impl Shrinker {
         }
         let spec = RunSpec::new(Arc::new(case.scenario.clone()), case.scenario.name.clone(), self.seed)
             .with_plan(PlanSource::Explicit(case.plan.clone()))
-            .with_defects(self.defects.clone());
+            .with_defects(self.defects.iter());
         match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
             Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
             Err(e) => e.kind() == self.invariant,
@@ -143,7 +142,7 @@ impl Shrinker {
 
 /// Weaker versions of each event, one change at a time.
 fn weaken_events(case: &Case) -> Vec<Case> {
-    let deadline_ms = case.scenario.engine.finalize_deadline_ms as i64;
+    let deadline_ms = case.scenario.engine.get().promises().finalize_deadline_ms as i64;
     let mut out = Vec::new();
     for (i, e) in case.plan.events.iter().enumerate() {
         let mut weaker: Vec<FaultEvent> = Vec::new();

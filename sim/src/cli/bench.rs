@@ -113,8 +113,15 @@ fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
 /// Seeds needed to find each defect, as a table (or JSON lines).
 fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     let (starts, cap) = find_sizes(args);
-    let defects: Vec<Defect> =
-        if args.defects.defects.is_empty() { Defect::ALL.to_vec() } else { args.defects.defects.clone() };
+    let defects: Vec<Defect> = if args.defects.defects.is_empty() {
+        Defect::ALL.to_vec()
+    } else {
+        let built_in = |name: &String| {
+            Defect::from_name(name)
+                .ok_or_else(|| format!("--defect {name}: bench find measures the built-in engine's defects"))
+        };
+        args.defects.defects.iter().map(built_in).collect::<Result<_, _>>()?
+    };
     let modes: &[bench::Mode] =
         if args.guided { &[bench::Mode::Plain, bench::Mode::Guided] } else { &[bench::Mode::Plain] };
     if !args.json {

@@ -6,28 +6,29 @@ use crate::outcome::Outcome;
 use crate::runner::{self, PlanSource, RunError, RunSpec};
 use crate::scenario;
 use clap::Args;
-use leasesim::defects::{Defect, Defects};
 use std::path::Path;
 
 #[derive(Args, Debug, Clone)]
 pub struct DefectArgs {
-    /// Turn on a defect switch that re-creates a real bug (repeatable; see
-    /// `cargo sim list`). Example: --defect unfenced-completion
+    /// Turn on a defect switch of the scenario's engine that re-creates a
+    /// real bug (repeatable; see `cargo sim list`). Example: --defect unfenced-completion
     #[arg(long = "defect", value_name = "NAME", value_parser = parse_defect)]
-    pub defects: Vec<Defect>,
+    pub defects: Vec<String>,
 }
 
 impl DefectArgs {
-    pub fn set(&self) -> Defects {
-        Defects(self.defects.iter().copied().collect())
+    /// The switches, sorted and without repeats.
+    pub fn set(&self) -> Vec<String> {
+        let mut names = self.defects.clone();
+        names.sort();
+        names.dedup();
+        names
     }
 }
 
-pub fn parse_defect(name: &str) -> Result<Defect, String> {
-    Defect::from_name(name).ok_or_else(|| {
-        let known: Vec<&str> = Defect::ALL.iter().map(|d| d.name()).collect();
-        format!("unknown defect '{name}' (known: {})", known.join(", "))
-    })
+/// A defect switch some known engine has (each run checks its own engine's).
+pub fn parse_defect(name: &str) -> Result<String, String> {
+    crate::known_defect(name)
 }
 
 /// Pictures of one run: a Chrome trace and an SVG timeline.
@@ -86,8 +87,22 @@ impl FaultsArg {
 
 /// `--scenario`: a built-in name, a TOML path, or `all` (every built-in).
 pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
-    let names = if arg == "all" { scenario::builtin_names() } else { vec![arg.to_string()] };
-    names.iter().map(|name| Target::resolve(name)).collect()
+    let Some(group) = arg.strip_suffix("all") else {
+        return Ok(vec![Target::resolve(arg)?]);
+    };
+    // `all`: the built-in engine's scenarios; `PREFIX-all`: the scenarios
+    // whose name starts with `PREFIX-` (`graphile-all`), whatever engine.
+    let mut targets = Vec::new();
+    for name in scenario::builtin_names().iter().filter(|n| n.starts_with(group)) {
+        let target = Target::resolve(name)?;
+        if !group.is_empty() || target.scenario.engine.get().name() == crate::engine::DEFAULT_ENGINE {
+            targets.push(target);
+        }
+    }
+    if targets.is_empty() {
+        return Err(format!("--scenario {arg}: no built-in scenario matches (see cargo sim list)"));
+    }
+    Ok(targets)
 }
 
 /// `--jobs`, defaulting to one per core.

@@ -94,7 +94,7 @@ pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Saves failures as corpus entries as they are found, one per signature.
 struct Saver {
     dir: PathBuf,
-    seen: BTreeSet<(String, String, Vec<leasesim::defects::Defect>)>,
+    seen: BTreeSet<(String, String, Vec<String>)>,
     command: String,
     saved: Vec<PathBuf>,
 }
@@ -233,7 +233,7 @@ fn header(args: &FuzzArgs, campaign: &Campaign) -> String {
         if args.guided { ", guided" } else { "" },
         names.len(),
         names.join(", "),
-        if defects.0.is_empty() { "none".to_string() } else { defects.names().join(", ") },
+        if defects.is_empty() { "none".to_string() } else { defects.join(", ") },
         campaign.jobs
     )
 }

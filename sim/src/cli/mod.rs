@@ -55,6 +55,7 @@ pub enum Command {
 
 /// Parses the command line and runs the verb; returns the exit code.
 pub fn main() -> i32 {
+    crate::engines();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -31,7 +31,7 @@ pub fn run(args: ReplayArgs) -> Result<i32, String> {
         println!(
             "scenario: {}  defects: {}",
             entry.scenario,
-            if entry.defects.is_empty() { "none".to_string() } else { spec.defects.names().join(", ") }
+            if entry.defects.is_empty() { "none".to_string() } else { spec.defects.join(", ") }
         );
         print_plan(&spec.fault_plan());
     }

@@ -73,15 +73,18 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
 
 fn print_options(spec: &RunSpec, path: &std::path::Path) {
     let s = &spec.scenario;
-    let e = &s.engine;
+    let engine = s.engine.get();
     let w = &s.workload;
-    println!("scenario: {} ({})", s.name, path.display());
-    if !spec.defects.0.is_empty() {
-        println!("  defects on: {}", spec.defects.names().join(", "));
+    println!("scenario: {} ({}), engine: {}", s.name, path.display(), engine.name());
+    if !spec.defects.is_empty() {
+        println!("  defects on: {}", spec.defects.join(", "));
     }
     println!(
         "  topology: {} workers x {} permits; phases: fault {} ms, heal {} ms",
-        s.topology.workers, e.concurrency, s.phases.fault_phase_ms, s.phases.heal_phase_ms
+        s.topology.workers,
+        engine.promises().concurrency,
+        s.phases.fault_phase_ms,
+        s.phases.heal_phase_ms
     );
     println!(
         "  workload: {} index builds, {} authz, {} jobs, {} pipelines x {} stages, {} workflow runs",

@@ -29,6 +29,10 @@ pub struct Outcome {
     pub leftover_permits: u64,
     /// Evaluations per invariant.
     pub checks: BTreeMap<String, u64>,
+    /// Invariants that do not apply to the engine (what they judge is
+    /// something it cannot do): neither passed nor failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_applicable: Vec<String>,
     /// The coverage points the run reached.
     #[serde(default)]
     pub coverage: Vec<String>,

@@ -3,7 +3,8 @@
 //! stored row to a [`Row`], each event (its testimony) to an [`Event`].
 //!
 //! This is the only place that reads the built-in engine's protocol and row
-//! types for the history; the checkers see what comes out of here.
+//! types for the history; the checkers see what comes out of here. Every
+//! conversion is field by field, so nothing of the engine's is lost.
 
 use leasesim::event::{Event as E, ReleaseCause as EC, WriteKind as EW};
 use leasesim::proto::{Grant as EG, PeerNote as EN, Rejection as ER, Request as Q, Response as A};

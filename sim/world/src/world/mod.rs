@@ -1,40 +1,34 @@
 //! One simulated world, run for one seed: a store process, worker processes
-//! and a client process as madsim nodes, joined by the simulated network.
+//! and a client process as madsim nodes, joined by the harness's store link,
+//! for any engine under test ([`EngineUnderTest`]).
 //!
 //! The run is a fault phase (the plan's faults fire), a heal (faults stop,
 //! paused processes resume, dead ones restart), and a liveness phase in which
 //! the world must converge. The world records every event into the history
 //! and, at the end, kills every node so nothing outlives the run.
 
-pub mod builtin;
-mod controller;
-mod handler;
-mod injector;
+pub mod controller;
+pub mod handler;
+pub mod injector;
+pub mod link;
 pub mod net;
 pub mod sim_clock;
-mod store_node;
-pub mod tap;
-pub mod variant;
-mod workload;
+pub mod store_node;
+pub mod workload;
 
 pub use handler::{mix, SimHandler};
-pub use variant::{Variant, VariantRef};
 pub use workload::{plan, Action};
 
+use crate::engine::{ClientWorld, EngineUnderTest, StoreSeam, StoreWorld, WorkerWorld};
 use crate::faults::{FaultKind, FaultPlan};
 use crate::history::{Record, Recorder, WorldEvent};
 use crate::scenario::Scenario;
-use crate::truth::{ClientAnswer, ClientCall, Fact, Sender};
+use crate::truth::{ClientCall, Fact, Sender};
 use controller::Controller;
 use injector::Injector;
-use leasesim::client::Client;
-use leasesim::config::EngineConfig;
-use leasesim::event::Observer;
-use leasesim::store::server::StoreServer;
-use leasesim::worker::Worker;
-use leasesim_vocab::ids::Owner;
+use leasesim_vocab::ids::{Owner, ProcId};
 use leasesim_vocab::task::{TaskKind, TaskState};
-use madsim::net::Endpoint;
+use link::Link;
 use madsim::runtime::Handle;
 use sim_clock::{SimClock, SimTime};
 use std::collections::BTreeMap;
@@ -42,6 +36,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
+use tokio::sync::mpsc;
 
 /// Worlds alive in this process: built by `run` and not yet dropped. A
 /// world that outlives its run (a reference cycle through the runtime, a
@@ -79,7 +74,7 @@ pub struct WorldResult {
     pub end_ms: u64,
 }
 
-/// Everything a world needs besides the seed.
+/// Everything a world needs besides the seed and the engine.
 #[derive(Debug, Clone)]
 pub struct WorldSpec {
     pub scenario: Arc<Scenario>,
@@ -89,22 +84,8 @@ pub struct WorldSpec {
     pub sabotage: Option<Sabotage>,
     /// The history may hold at most this many records.
     pub max_records: usize,
-    /// A test's engine variant (never set outside fitness tests).
-    pub variant: Option<VariantRef>,
     /// Record the history (off only to time the world alone, in `bench`).
     pub record: bool,
-}
-
-impl WorldSpec {
-    /// The configuration the engine runs with: the scenario's, unless a
-    /// variant changes it (the scenario's stays the promise).
-    pub fn engine(&self) -> EngineConfig {
-        let mut cfg = self.scenario.engine.clone();
-        if let Some(VariantRef(variant)) = &self.variant {
-            variant.engine(&mut cfg);
-        }
-        cfg
-    }
 }
 
 /// A deliberate harness failure, at a simulated time.
@@ -118,83 +99,82 @@ pub enum Sabotage {
     Flood { at_ms: u64 },
 }
 
+/// The processes of one world and the harness's hands on them.
+struct Parts<E: EngineUnderTest> {
+    engine: Arc<E>,
+    spec: WorldSpec,
+    seed: u64,
+    origin: SimTime,
+    rec: Recorder,
+    faults: Arc<Injector>,
+    control: Arc<Controller>,
+    to_store: mpsc::UnboundedSender<link::Envelope<E>>,
+    shared: E::Shared,
+}
+
 /// Runs the world for one seed. Must be called inside a madsim runtime whose
 /// seed is `seed`.
-pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
+pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64) -> WorldResult {
     let scenario = spec.scenario.clone();
     let handle = Handle::current();
     let origin = SimTime::start();
     let rec = Recorder::new(origin.clone(), spec.max_records, spec.record);
-    let mut obs: Arc<dyn Observer> = Arc::new(rec.clone());
-    if let Some(VariantRef(variant)) = &spec.variant {
-        obs = Arc::new(variant::Filtered { inner: obs, variant: variant.clone() });
-    }
     let faults = Arc::new(Injector::new(spec.plan.clone(), rec.clone()));
     let control = Arc::new(Controller::new(rec.clone()));
-    let engine = spec.engine();
-    let variant = spec.variant.as_ref().map(|v| v.0.clone());
-
-    let server = Arc::new(StoreServer::new(engine.clone(), Arc::new(SimClock::new(origin.clone(), 0)), obs.clone()));
-    let store = Arc::new(StoreNode {
-        server: server.clone(),
+    let store_world = StoreWorld { time: origin.clone(), rec: rec.clone(), seed, scenario: scenario.clone() };
+    let (seam, shared) = engine.start(&store_world);
+    let store = Arc::new(StoreNode::<E> {
+        seam: seam.clone(),
         faults: faults.clone(),
         control: control.clone(),
         rec: rec.clone(),
-        tap: tap::Tap::default(),
         next_req: Default::default(),
         max_downtime_ms: scenario.faults.max_downtime_ms,
-        variant: variant.clone(),
         crash: Default::default(),
         _alive: WorldToken::new(),
     });
+    let (to_store, inbox) = mpsc::unbounded_channel();
+    let inbox = Arc::new(std::sync::Mutex::new(Some(inbox)));
     let store_for_node = store.clone();
-    let store_variant = variant.clone();
     let store_node = handle
         .create_node()
         .name("store")
         .ip(net::store_ip())
         .init(move || {
             let store = store_for_node.clone();
-            let extra = store_variant.as_ref().and_then(|v| v.store_process(store.server.clone()));
+            // The store node starts once (a crash is the harness's, not a
+            // node restart): its init takes the link's inbox.
+            let inbox = inbox.lock().expect("inbox").take();
+            let process = store.seam.process();
             async move {
-                if let Some(extra) = extra {
-                    tokio::spawn(extra);
+                if let Some(process) = process {
+                    tokio::spawn(process);
                 }
-                let ep = Endpoint::bind(net::addr(net::store_ip())).await.expect("store binds its address");
-                net::serve_store(ep, store).await;
+                if let Some(inbox) = inbox {
+                    store_node::serve(inbox, store).await;
+                }
             }
         })
         .build();
 
+    let parts =
+        Parts { engine, spec, seed, origin, rec: rec.clone(), faults: faults.clone(), control, to_store, shared };
     for proc in 1..=scenario.topology.workers {
-        let offset_ms = clock_offset(&spec.plan, proc);
+        let offset_ms = clock_offset(&parts.spec.plan, proc);
         if offset_ms != 0 {
             faults.inject(FaultKind::ClockOffset, format!("p{proc} clock offset {offset_ms} ms"));
             rec.world(WorldEvent::ClockOffset { proc, offset_ms });
         }
-        let worker = WorkerSpec { scenario: &scenario, engine: &engine, seed, proc, origin: origin.clone(), offset_ms };
-        spawn_worker(&handle, worker, &rec, &obs, &faults, &control, &variant);
+        spawn_worker(&handle, &parts, proc, offset_ms);
     }
+    let client_node = spawn_client(&handle, &parts);
 
-    let client_node = {
-        let (scenario, rec, obs, variant) = (scenario.clone(), rec.clone(), obs.clone(), variant.clone());
-        let rpc_timeout_ms = engine.rpc_timeout_ms;
-        handle
-            .create_node()
-            .name("client")
-            .ip(net::client_ip())
-            .init(move || {
-                let (scenario, rec, obs, variant) = (scenario.clone(), rec.clone(), obs.clone(), variant.clone());
-                async move { run_client(scenario, seed, rpc_timeout_ms, rec, obs, variant).await }
-            })
-            .build()
-    };
-
-    if let Some(sabotage) = spec.sabotage {
+    if let Some(sabotage) = parts.spec.sabotage {
         let rec = rec.clone();
         store_node.spawn(async move { sabotage_at(sabotage, rec).await });
     }
-    drive_process_faults(&spec.plan, &faults, &control, &store, scenario.phases.fault_phase_ms).await;
+    let control = parts.control.clone();
+    drive_process_faults(&parts.spec.plan, &faults, &control, &store, scenario.phases.fault_phase_ms).await;
     rec.world(WorldEvent::Heal);
     faults.heal();
     control.heal();
@@ -207,26 +187,27 @@ pub async fn run(spec: WorldSpec, seed: u64) -> WorldResult {
     for node in control.node_ids() {
         handle.kill(node);
     }
-    handle.kill(client_node.id());
+    handle.kill(client_node);
     handle.kill(store_node.id());
+    drop(parts);
+    last_look::<E>(&seam, &rec, end_ms)
+}
 
-    // The last look at the store: anything the tap has not seen yet changed
-    // outside every request's transaction.
-    let drift = if rec.enabled() { store.tap.sync(&server, tap::Scope::ALL) } else { Default::default() };
-    if !drift.is_empty() {
-        rec.fact(Fact::Drift { commit: drift });
+/// The last look at the store: anything the tap has not seen yet changed
+/// outside every request's transaction; then the whole store.
+fn last_look<E: EngineUnderTest>(seam: &E::Store, rec: &Recorder, end_ms: u64) -> WorldResult {
+    if rec.enabled() {
+        let drift = seam.tap(None);
+        if !drift.is_empty() {
+            rec.fact(Fact::Drift { commit: drift });
+        }
     }
-    let (tasks, last) = server.with_store(|s| {
-        let rows: Vec<_> = s.tasks().map(builtin::row).collect();
-        let tasks = rows.iter().map(|t| (t.id, (t.spec.kind, t.state))).collect();
-        let last = Fact::Final {
-            tasks: rows,
-            stages: s.stages().map(|(stage, row)| (builtin::stage(*stage), builtin::stage_row(row))).collect(),
-            materialized: s.materialized().collect(),
-        };
-        (tasks, last)
-    });
-    rec.fact(last);
+    let last = seam.last_look();
+    let tasks = last.tasks.iter().map(|t| (t.id, (t.spec.kind, t.state))).collect();
+    rec.fact(Fact::Final { tasks: last.tasks, stages: last.stages, materialized: last.materialized });
+    if !last.queues.is_empty() {
+        rec.fact(Fact::FinalQueues { queues: last.queues });
+    }
     WorldResult { history: rec.take(), tasks, end_ms }
 }
 
@@ -237,11 +218,11 @@ fn clock_offset(plan: &FaultPlan, proc: u32) -> i64 {
 
 /// Plays the plan's process faults (kills, pauses, partitions, store
 /// crashes) in time order until the end of the fault phase.
-async fn drive_process_faults(
+async fn drive_process_faults<E: EngineUnderTest>(
     plan: &FaultPlan,
     faults: &Injector,
     control: &Controller,
-    store: &StoreNode,
+    store: &StoreNode<E>,
     fault_phase_ms: u64,
 ) {
     #[derive(Debug, Clone, Copy)]
@@ -301,101 +282,97 @@ async fn drive_process_faults(
     tokio::time::sleep_until(start + Duration::from_millis(fault_phase_ms)).await;
 }
 
-/// One worker process to build: where it runs and how its clock reads.
-struct WorkerSpec<'a> {
-    scenario: &'a Arc<Scenario>,
-    engine: &'a EngineConfig,
-    seed: u64,
-    proc: u32,
-    origin: SimTime,
-    offset_ms: i64,
-}
-
-fn spawn_worker(
-    handle: &Handle,
-    w: WorkerSpec<'_>,
-    rec: &Recorder,
-    obs: &Arc<dyn Observer>,
-    faults: &Arc<Injector>,
-    control: &Controller,
-    variant: &Option<Arc<dyn Variant>>,
-) {
-    let WorkerSpec { scenario, seed, proc, origin, offset_ms, .. } = w;
+/// Builds worker process `proc` as a madsim node; each init (its first
+/// start, every restart) runs a new incarnation of the engine's worker.
+fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId, offset_ms: i64) {
     let incarnation = Arc::new(AtomicU32::new(0));
-    let peers: Vec<_> =
-        (1..=scenario.topology.workers).filter(|&p| p != proc).map(|p| net::addr(net::worker_ip(p))).collect();
-    let (engine, rec, obs, counter) = (w.engine.clone(), rec.clone(), obs.clone(), incarnation.clone());
-    let (workload, faults, variant) = (Arc::new(scenario.workload.clone()), faults.clone(), variant.clone());
+    let peers: Vec<ProcId> = (1..=p.spec.scenario.topology.workers).filter(|&q| q != proc).collect();
+    let (engine, scenario, seed, origin) = (p.engine.clone(), p.spec.scenario.clone(), p.seed, p.origin.clone());
+    let (rec, faults, control, to_store) = (p.rec.clone(), p.faults.clone(), p.control.clone(), p.to_store.clone());
+    let (shared, counter, workload) =
+        (p.shared.clone(), incarnation.clone(), Arc::new(p.spec.scenario.workload.clone()));
     let node = handle
         .create_node()
         .name(format!("worker-{proc}"))
         .ip(net::worker_ip(proc))
         .init(move || {
-            let (engine, rec, obs, peers, variant) =
-                (engine.clone(), rec.clone(), obs.clone(), peers.clone(), variant.clone());
-            let origin = origin.clone();
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let owner = Owner { proc, incarnation };
-            let engine_owner = builtin::engine_owner(owner);
-            let handler = SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner);
-            async move {
-                rec.world(WorldEvent::ProcessUp { owner });
-                let transport = net::SimTransport::bind(
-                    net::worker_ip(proc),
-                    incarnation,
-                    peers,
-                    Sender::Worker(owner),
-                    rec.clone(),
-                )
-                .await
-                .expect("worker binds its address")
-                .with_variant(variant);
-                let clock = Arc::new(SimClock::new(origin, offset_ms));
-                Worker::new(engine, engine_owner, transport, handler, clock, obs).run().await;
-            }
+            rec.world(WorldEvent::ProcessUp { owner });
+            let w = WorkerWorld {
+                owner,
+                link: Link::new(to_store.clone(), control.clone(), Sender::Worker(owner), Some(proc)),
+                clock: Arc::new(SimClock::new(origin.clone(), offset_ms)),
+                body: SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner),
+                rec: rec.clone(),
+                faults: faults.clone(),
+                scenario: scenario.clone(),
+                seed,
+                peers: peers.clone(),
+                shared: shared.clone(),
+            };
+            engine.run_worker(w)
         })
         .build();
-    control.add_worker(proc, node.id(), incarnation);
+    p.control.add_worker(proc, node.id(), incarnation);
 }
 
-/// The client plays the workload plan: enqueues, pipelines and index
-/// queries. This is the client seam: every call and every answer the
-/// application got is recorded, and each call sends under its own number.
-async fn run_client(
+/// Builds the client process: it plays the workload plan (enqueues,
+/// pipelines and index queries). This is the client seam: every call and
+/// every answer the application got is recorded, and each call sends under
+/// its own number.
+fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::task::NodeId {
+    let (engine, scenario, seed, rec) = (p.engine.clone(), p.spec.scenario.clone(), p.seed, p.rec.clone());
+    let (control, to_store, shared) = (p.control.clone(), p.to_store.clone(), p.shared.clone());
+    let node = handle
+        .create_node()
+        .name("client")
+        .ip(net::client_ip())
+        .init(move || {
+            let link = Link::new(to_store.clone(), control.clone(), Sender::Client(0), None);
+            let c = ClientParts { engine: engine.clone(), scenario: scenario.clone(), seed, rec: rec.clone(), link };
+            run_client(c, shared.clone())
+        })
+        .build();
+    node.id()
+}
+
+struct ClientParts<E: EngineUnderTest> {
+    engine: Arc<E>,
     scenario: Arc<Scenario>,
     seed: u64,
-    rpc_timeout_ms: u64,
     rec: Recorder,
-    obs: Arc<dyn Observer>,
-    variant: Option<Arc<dyn Variant>>,
-) {
-    let transport = net::SimTransport::bind(net::client_ip(), 0, Vec::new(), Sender::Client(0), rec.clone())
-        .await
-        .expect("client binds its address")
-        .with_variant(variant);
+    link: Link<E>,
+}
+
+async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
     let start = tokio::time::Instant::now();
-    let heal_ms = scenario.phases.fault_phase_ms;
-    for (n, (at_ms, action)) in plan(seed, &scenario.workload, heal_ms).into_iter().enumerate() {
+    let heal_ms = c.scenario.phases.fault_phase_ms;
+    for (n, (at_ms, action)) in plan(c.seed, &c.scenario.workload, heal_ms).into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
         let call = n as u64 + 1;
-        let client = Client::new(transport.as_sender(Sender::Client(call)), obs.clone(), rpc_timeout_ms).with_id(call);
-        let rec = rec.clone();
+        let what = match &action {
+            Action::Enqueue(spec) => ClientCall::Enqueue { spec: spec.clone() },
+            Action::CreatePipeline { pipeline, stages } => {
+                ClientCall::CreatePipeline { pipeline: *pipeline, stages: *stages }
+            }
+            Action::Query { index, lag_timeout_ms } => {
+                ClientCall::Query { index: *index, lag_timeout_ms: *lag_timeout_ms }
+            }
+        };
+        c.rec.fact(Fact::ClientCalled { call, what });
+        let world = ClientWorld {
+            call,
+            link: c.link.as_sender(Sender::Client(call)),
+            rec: c.rec.clone(),
+            scenario: c.scenario.clone(),
+            shared: shared.clone(),
+        };
+        let answer = c.engine.client_call(world, action);
+        let rec = c.rec.clone();
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {
-            let answer = match action {
-                Action::Enqueue(spec) => {
-                    rec.fact(Fact::ClientCalled { call, what: ClientCall::Enqueue { spec: spec.clone() } });
-                    ClientAnswer::Enqueued { task: client.enqueue(builtin::engine_spec(&spec)).await }
-                }
-                Action::CreatePipeline { pipeline, stages } => {
-                    rec.fact(Fact::ClientCalled { call, what: ClientCall::CreatePipeline { pipeline, stages } });
-                    ClientAnswer::PipelineCreated { ok: client.create_pipeline(pipeline, stages).await }
-                }
-                Action::Query { index, lag_timeout_ms } => {
-                    rec.fact(Fact::ClientCalled { call, what: ClientCall::Query { index, lag_timeout_ms } });
-                    ClientAnswer::Queried { materialized: client.query_index(index, lag_timeout_ms).await }
-                }
-            };
+            let answer = answer.await;
             rec.fact(Fact::ClientAnswered { call, answer });
         });
     }

@@ -119,6 +119,12 @@ impl Controller {
         self.rec.world(WorldEvent::ProcessResumed { proc });
     }
 
+    /// Is the process cut off from the network now (the store link drops
+    /// what it sends and what is sent to it)?
+    pub fn is_cut_off(&self, proc: ProcId) -> bool {
+        self.clogged.lock().expect("clogged").contains(&proc)
+    }
+
     pub fn clog(&self, proc: ProcId) {
         let Some(node) = self.procs.lock().expect("procs").get(&proc).map(|p| p.node) else {
             return;

@@ -6,12 +6,12 @@
 //! one thread.
 
 use crate::check;
+use crate::engine::Engine;
 use crate::faults::{self, FaultPlan};
 use crate::history::trace_hash;
 use crate::outcome::{leftover_permits, task_counts, Outcome};
 use crate::scenario::Scenario;
 use crate::world::{self, WorldResult, WorldSpec};
-use leasesim::defects::Defects;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -76,8 +76,9 @@ pub struct RunSpec {
     pub scenario_arg: String,
     pub seed: u64,
     pub plan: PlanSource,
-    /// Defect switches turned on for this run (none: the correct engine).
-    pub defects: Defects,
+    /// The engine's defect switches turned on for this run, sorted (none:
+    /// the correct engine).
+    pub defects: Vec<String>,
     /// A deliberate harness failure (tests of the runner and campaigns only).
     pub sabotage: Option<world::Sabotage>,
     /// The history cap (a resource limit): past it the seed is a failure.
@@ -88,8 +89,6 @@ pub struct RunSpec {
     /// How to replay an explicit plan (e.g. `cargo sim replay FILE`), if it
     /// cannot be given on a command line.
     pub replay_override: Option<String>,
-    /// A test's engine variant (fitness tests only; see `world::variant`).
-    pub variant: Option<world::VariantRef>,
     /// Record the history (default). Off only for `bench`'s phase timing:
     /// such a run cannot be judged.
     pub record: bool,
@@ -102,19 +101,13 @@ impl RunSpec {
             scenario_arg: scenario_arg.into(),
             seed,
             plan: PlanSource::Swarm,
-            defects: Defects::none(),
+            defects: Vec::new(),
             log_filter: None,
             sabotage: None,
             max_records: crate::history::MAX_RECORDS,
             replay_override: None,
-            variant: None,
             record: true,
         }
-    }
-
-    pub fn with_variant(mut self, variant: std::sync::Arc<dyn world::Variant>) -> Self {
-        self.variant = Some(world::VariantRef(variant));
-        self
     }
 
     pub fn with_sabotage(mut self, sabotage: Option<world::Sabotage>) -> Self {
@@ -122,8 +115,13 @@ impl RunSpec {
         self
     }
 
-    pub fn with_defects(mut self, defects: Defects) -> Self {
-        self.defects = defects;
+    /// Turns these defect switches of the scenario's engine on (names as
+    /// `cargo sim list` gives them; checked when the run starts).
+    pub fn with_defects<S: ToString>(mut self, defects: impl IntoIterator<Item = S>) -> Self {
+        let mut names: Vec<String> = defects.into_iter().map(|d| d.to_string()).collect();
+        names.sort();
+        names.dedup();
+        self.defects = names;
         self
     }
 
@@ -153,19 +151,29 @@ impl RunSpec {
                 " (plus this run's explicit fault plan: save it as a corpus entry and use cargo sim replay FILE)"
             }
         };
-        let defects: String = self.defects.names().iter().map(|d| format!(" --defect {d}")).collect();
+        let defects: String = self.defects.iter().map(|d| format!(" --defect {d}")).collect();
         format!("cargo sim run --scenario {} --seed {}{defects}{faults}", self.scenario_arg, self.seed)
     }
 
+    /// The engine this run drives: the scenario's, with the run's switches.
+    ///
+    /// # Panics
+    /// On a switch the engine does not have (the CLI and corpus check names
+    /// before a run starts).
+    pub fn engine(&self) -> Arc<dyn Engine> {
+        let engine = self.scenario.engine.get();
+        if self.defects.is_empty() {
+            return engine.clone();
+        }
+        engine.with_switches(&self.defects).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn world_spec(&self) -> WorldSpec {
-        let mut scenario = (*self.scenario).clone();
-        scenario.engine.defects = self.defects.clone();
         WorldSpec {
-            scenario: Arc::new(scenario),
+            scenario: self.scenario.clone(),
             plan: self.fault_plan(),
             sabotage: self.sabotage,
             max_records: self.max_records,
-            variant: self.variant.clone(),
             record: self.record,
         }
     }
@@ -178,6 +186,7 @@ pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunError> {
     let (tx, rx) = mpsc::channel();
     let world_spec = spec.world_spec();
+    let engine = spec.engine();
     let seed = spec.seed;
     let log_filter = spec.log_filter.clone();
     let thread = std::thread::Builder::new()
@@ -189,9 +198,9 @@ pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunE
                 match log_filter {
                     Some(filter) => {
                         let _guard = crate::logs::install(&filter);
-                        rt.block_on(world::run(world_spec, seed))
+                        rt.block_on(engine.run(world_spec, seed))
                     }
-                    None => rt.block_on(world::run(world_spec, seed)),
+                    None => rt.block_on(engine.run(world_spec, seed)),
                 }
             }));
             let _ = tx.send(result.map_err(|payload| match payload.downcast_ref::<crate::history::LimitExceeded>() {
@@ -223,7 +232,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
     Outcome {
         scenario: spec.scenario.name.clone(),
         seed: spec.seed,
-        defects: spec.defects.names().iter().map(|d| d.to_string()).collect(),
+        defects: spec.defects.clone(),
         trace_hash: format!("{:016x}", trace_hash(&result.history)),
         events: result.history.len(),
         sim_seconds: result.end_ms as f64 / 1000.0,
@@ -233,6 +242,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
             as u64,
         leftover_permits: leftover_permits(&result.history),
         checks: report.checks,
+        not_applicable: report.not_applicable.into_iter().collect(),
         coverage: report.coverage.into_iter().collect(),
         fault_counts: crate::outcome::fault_counts(&result.history),
         fault_plan: plan.events,
@@ -259,16 +269,16 @@ pub fn check_determinism(spec: &RunSpec) -> u64 {
     use std::sync::Mutex;
     // check_determinism takes a plain fn pointer: the scenario travels
     // through a static, and the lock serializes concurrent callers.
-    static CURRENT: Mutex<Option<WorldSpec>> = Mutex::new(None);
+    static CURRENT: Mutex<Option<(Arc<dyn Engine>, WorldSpec)>> = Mutex::new(None);
     static HASHES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     static SERIAL: Mutex<()> = Mutex::new(());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    *CURRENT.lock().expect("lock") = Some(spec.world_spec());
+    *CURRENT.lock().expect("lock") = Some((spec.engine(), spec.world_spec()));
     HASHES.lock().expect("lock").clear();
     madsim::runtime::Runtime::check_determinism(seed, madsim::Config::default(), || async {
-        let world_spec = CURRENT.lock().expect("lock").clone().expect("world spec set");
+        let (engine, world_spec) = CURRENT.lock().expect("lock").clone().expect("world spec set");
         let seed = madsim::runtime::Handle::current().seed();
-        let result = world::run(world_spec, seed).await;
+        let result = engine.run(world_spec, seed).await;
         HASHES.lock().expect("lock").push(crate::history::trace_hash(&result.history));
     });
     let hashes = std::mem::take(&mut *HASHES.lock().expect("lock"));

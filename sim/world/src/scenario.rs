@@ -4,12 +4,14 @@
 //! the phases of a run and the liveness bounds the checkers hold it to. Every
 //! table refuses unknown fields, and every error names the file and field.
 
+use crate::engine::{self, Engine};
 use crate::faults::FaultKind;
-use leasesim::config::{EngineConfig, Range};
+pub use crate::ranges::Range;
 pub use leasesim_vocab::promise::{Bounds, Phases};
 use leasesim_vocab::task::TaskKind;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,8 +19,10 @@ pub struct Scenario {
     pub name: String,
     pub description: String,
     pub topology: Topology,
-    #[serde(default)]
-    pub engine: EngineConfig,
+    /// The engine under test and its configuration (`[engine]`, its `name`
+    /// naming the adapter; without one, the built-in engine).
+    #[serde(default = "EngineSection::default_engine")]
+    pub engine: EngineSection,
     pub workload: Workload,
     pub phases: Phases,
     pub bounds: Bounds,
@@ -29,14 +33,93 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// What the checkers hold a run of this scenario to.
+    /// What the checkers hold a run of this scenario to: its engine's
+    /// declared promises and capabilities, its phases and bounds.
     pub fn judge_spec(&self) -> crate::check::Spec {
+        let engine = self.engine.get();
         crate::check::Spec {
-            promises: crate::world::builtin::promises(&self.engine),
-            caps: leasesim_vocab::promise::Capabilities::ALL,
+            promises: engine.promises(),
+            caps: engine.capabilities(),
             phases: self.phases.clone(),
             bounds: self.bounds.clone(),
         }
+    }
+}
+
+/// A scenario's `[engine]`: the configured engine. Written back as its
+/// adapter's whole configuration (every field, so an inline world does not
+/// drift when a default changes), with `name` unless it is the built-in.
+#[derive(Clone)]
+pub struct EngineSection(Arc<dyn Engine>);
+
+impl EngineSection {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        EngineSection(engine)
+    }
+
+    pub fn get(&self) -> &Arc<dyn Engine> {
+        &self.0
+    }
+
+    /// The engine of a scenario without `[engine]`: the built-in one, with
+    /// its defaults. Its adapter must be registered (`leasesim-sim` does).
+    pub fn default_engine() -> Self {
+        let adapter = engine::adapter(engine::DEFAULT_ENGINE).expect("the built-in engine's adapter is registered");
+        EngineSection(adapter.configure(&toml::Table::new()).expect("the built-in engine's defaults configure it"))
+    }
+
+    /// Configures the engine a table names (`name`, else the built-in).
+    pub fn from_table(mut table: toml::Table) -> Result<Self, String> {
+        let name = match table.remove("name") {
+            None => engine::DEFAULT_ENGINE.to_string(),
+            Some(toml::Value::String(name)) => name,
+            Some(other) => return Err(format!("name: expected an engine name, got {other}")),
+        };
+        let adapter = engine::adapter(&name).map_err(|e| format!("name: {e}"))?;
+        Ok(EngineSection(adapter.configure(&table)?))
+    }
+}
+
+impl std::fmt::Debug for EngineSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EngineSection({} {:?})", self.0.name(), self.0.config())
+    }
+}
+
+impl PartialEq for EngineSection {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+            && self.0.config() == other.0.config()
+            && self.0.switches_on() == other.0.switches_on()
+    }
+}
+
+impl Serialize for EngineSection {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut table = toml::Table::new();
+        if self.0.name() != engine::DEFAULT_ENGINE {
+            table.insert("name".into(), toml::Value::String(self.0.name().into()));
+        }
+        table.extend(self.0.config());
+        table.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineSection {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // `engine = "graphile-worker"` names an engine with its defaults;
+        // `[engine]` is a table with an optional `name`.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Name(String),
+            Table(toml::Table),
+        }
+        let table = match Raw::deserialize(deserializer)? {
+            Raw::Name(name) => toml::Table::from_iter([("name".to_string(), toml::Value::String(name))]),
+            Raw::Table(table) => table,
+        };
+        EngineSection::from_table(table).map_err(serde::de::Error::custom)
     }
 }
 
@@ -218,7 +301,7 @@ pub struct Loaded {
 
 /// The directory holding the built-in scenarios.
 pub fn builtin_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     dir.canonicalize().unwrap_or(dir)
 }
 
@@ -272,6 +355,13 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
         let message = inner.message().trim().replace('\n', " ");
         let line = inner.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
         let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
+        // An engine's own configuration error names its field within
+        // `[engine]` ("lease_ttl.job_ms: ..."): one path, "engine.lease_ttl.job_ms".
+        if let Some((field, rest)) = message.split_once(": ").filter(|(f, _)| is_field_path(f)) {
+            if path == "engine" || path.ends_with(".engine") {
+                return format!("{path}.{field}: {rest}{at}");
+            }
+        }
         if path.is_empty() || path == "." {
             format!("{message}{at}")
         } else {
@@ -280,10 +370,15 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     })
 }
 
+/// Does `s` look like a field path (`lease_ttl.job_ms`, `queues[2]`)?
+fn is_field_path(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']' | '-'))
+}
+
 /// The caps of a scenario's own fields (the engine's are in
 /// [`EngineConfig::RANGES`]); durations share the engine's caps.
 pub mod ranges {
-    use leasesim::config::{Range, DAY_MS, MAX_DURATION_MS};
+    use crate::ranges::{Range, DAY_MS, MAX_DURATION_MS};
 
     /// More worker processes than this is not a world one seed can run.
     pub const WORKERS: Range = Range::count(1, 64);
@@ -319,7 +414,6 @@ pub mod ranges {
 /// against its range, then the relations between fields. The error is one
 /// line that starts with the field's path (`engine.lease_ttl.job_ms: ...`).
 pub fn validate(s: &Scenario) -> Result<(), String> {
-    s.engine.validate().map_err(|e| format!("engine.{e}"))?;
     for (path, value, range) in ranged_fields(s) {
         range.check(&path, value)?;
     }
@@ -397,11 +491,9 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
         }
     }
-    let builds =
-        w.index_builds + w.after_heal_index_builds > 0 || w.script.iter().any(|s| s.kind == TaskKind::IndexBuild);
-    if builds && !s.engine.maintenance.contains(&leasesim::config::MaintenanceKind::Index) {
-        return Err("engine.maintenance: index builds need an \"index\" finalization pass to materialize".into());
-    }
+    // Relations between the engine's configuration and this world (index
+    // builds need an index pass, ...), and what it cannot do at all.
+    s.engine.get().validate(s)?;
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {
         return Err("workload: enqueues nothing".into());

@@ -81,7 +81,7 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
         }
         FaultKind::HungFinalization => {
             e.rate = rng.gen_range(0.1..0.8);
-            let deadline = s.engine.finalize_deadline_ms as i64;
+            let deadline = s.engine.get().promises().finalize_deadline_ms as i64;
             e.magnitude_ms =
                 if rng.gen_bool(0.5) { UNTIL_HEAL } else { rng.gen_range(deadline * 3 / 2..=deadline * 4) };
         }

@@ -8,13 +8,11 @@
 //! process (the handler's own, not the one the fence names), and how it
 //! ended; every completion callback the application receives is recorded.
 
-use super::builtin;
 use super::injector::{upto, Injector};
 use crate::faults::FaultKind;
 use crate::history::Recorder;
 use crate::scenario::Workload;
 use crate::truth::Fact;
-use leasesim::handler::TaskHandler;
 use leasesim_vocab::ids::{Fence, Owner};
 use leasesim_vocab::task::{TaskError, TaskKind};
 use rand::{Rng, SeedableRng};
@@ -96,22 +94,6 @@ impl SimHandler {
     /// The application was told that `fence`'s completion committed.
     pub fn callback(&self, fence: Fence) {
         self.rec.fact(Fact::Callback { fence, on: self.on });
-    }
-}
-
-/// The built-in engine's task-body seam.
-impl TaskHandler for SimHandler {
-    async fn execute(
-        &self,
-        fence: leasesim::ids::Fence,
-        kind: leasesim::task::TaskKind,
-    ) -> Result<(), leasesim::handler::TaskError> {
-        let result = self.run(builtin::fence(fence), builtin::kind(kind)).await;
-        result.map_err(builtin::engine_task_error)
-    }
-
-    async fn completed(&self, fence: leasesim::ids::Fence, _kind: leasesim::task::TaskKind) {
-        self.callback(builtin::fence(fence));
     }
 }
 

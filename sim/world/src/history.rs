@@ -5,11 +5,11 @@
 //! The canonical history is the sequence of records in emission order; its
 //! hash is the run's trace hash. Same seed, same history, same hash.
 
-use leasesim::event::{Event, Observer};
 pub use leasesim_vocab::history::{trace_hash, Entry, Fact, Fnv64, LimitExceeded, Record, WorldEvent, MAX_RECORDS};
 use std::sync::{Arc, Mutex};
 
-/// Collects the history; the engine sees it only as an [`Observer`].
+/// Collects the history. An engine sees it only through its adapter (as
+/// its observer seam, if it has one).
 #[derive(Clone)]
 pub struct Recorder {
     inner: Arc<Mutex<Vec<Record>>>,
@@ -43,6 +43,11 @@ impl Recorder {
         self.push(Entry::Truth(fact));
     }
 
+    /// Records the engine's testimony (already in the harness's words).
+    pub fn testimony(&self, event: leasesim_vocab::testimony::Event) {
+        self.push(Entry::Engine(event));
+    }
+
     fn push(&self, entry: Entry) {
         if !self.enabled {
             return;
@@ -60,14 +65,5 @@ impl Recorder {
 
     pub fn take(&self) -> Vec<Record> {
         std::mem::take(&mut *self.inner.lock().expect("history lock"))
-    }
-}
-
-/// The built-in engine's testimony, in the harness's words.
-impl Observer for Recorder {
-    fn emit(&self, event: Event) {
-        if self.enabled {
-            self.push(Entry::Engine(crate::world::builtin::event(event)));
-        }
     }
 }

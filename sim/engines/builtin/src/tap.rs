@@ -16,13 +16,13 @@
 //!
 //! At the end of the run the whole store is synced once more.
 
-use super::builtin;
-use crate::truth::{Commit, StageChange, TaskChange};
+use crate::convert as builtin;
 use leasesim::ids::{IndexId, StageRef, TaskId};
-use leasesim::proto::Request;
 use leasesim::store::server::StoreServer;
 use leasesim::store::{StageRow, Store};
 use leasesim::task::Task;
+use leasesim_vocab::op::Op;
+use leasesim_vocab::truth::{Commit, StageChange, TaskChange};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -58,33 +58,44 @@ impl Scope {
     pub const ALL: Scope = Scope { tasks: Rows::All, stages: StageRows::All, materialized: true };
     const NOTHING: Scope = Scope { tasks: Rows::None, stages: StageRows::None, materialized: false };
 
-    pub fn of(req: &Request) -> Scope {
+    /// The rows a request may change, as the built-in store's API
+    /// describes it (from the request in the harness's words).
+    pub fn of(op: &Op) -> Scope {
         let tasks = |tasks| Scope { tasks, ..Scope::NOTHING };
-        match req {
-            Request::Enqueue { .. } => tasks(Rows::New),
-            Request::EnqueueStage { stage } => {
-                Scope { tasks: Rows::New, stages: StageRows::One(*stage), materialized: false }
+        match op {
+            Op::Enqueue { .. } => tasks(Rows::New),
+            Op::EnqueueStage { stage } => {
+                let stage = ids_stage(*stage);
+                Scope { tasks: Rows::New, stages: StageRows::One(stage), materialized: false }
             }
-            Request::CreatePipeline { .. } => Scope { stages: StageRows::All, ..Scope::NOTHING },
-            Request::Claim { .. }
-            | Request::ReleaseDead { .. }
-            | Request::ReleaseOrphans { .. }
-            | Request::ReclaimExpired { .. }
-            | Request::Repair { .. } => tasks(Rows::All),
-            Request::Renew { fence } | Request::LeaseValid { fence } => tasks(Rows::One(fence.task)),
-            Request::Complete { fence } | Request::Fail { fence, .. } | Request::ClearStageLink { fence } => {
+            Op::CreatePipeline { .. } => Scope { stages: StageRows::All, ..Scope::NOTHING },
+            Op::Claim { .. }
+            | Op::ReleaseDead { .. }
+            | Op::ReleaseOrphans { .. }
+            | Op::ReclaimExpired { .. }
+            | Op::Repair { .. } => tasks(Rows::All),
+            Op::Renew { fence } | Op::LeaseValid { fence } => tasks(Rows::One(fence.task)),
+            Op::Complete { fence } | Op::Fail { fence, .. } | Op::ClearStageLink { fence } => {
                 Scope { tasks: Rows::One(fence.task), stages: StageRows::OfTask(fence.task), materialized: true }
             }
-            Request::Maintain { .. } => Scope { materialized: true, ..Scope::NOTHING },
-            Request::Heartbeat { .. } | Request::PipelineSnapshot { .. } | Request::QueryIndex { .. } => Scope::NOTHING,
+            Op::Maintain { .. } => Scope { materialized: true, ..Scope::NOTHING },
+            Op::Heartbeat { .. } | Op::PipelineSnapshot { .. } | Op::QueryIndex { .. } | Op::Other { .. } => {
+                Scope::NOTHING
+            }
             // A statement that commits writes whatever its transaction
             // wrote; a rollback must write nothing (both are looked at whole).
-            Request::Exec { commit: true, .. } | Request::Rollback { .. } => Scope::ALL,
+            Op::Exec { commit: true, .. } | Op::Rollback { .. } | Op::Commit { .. } => Scope::ALL,
             // Until then, nothing it writes is visible: a difference in the
             // statement's own rows is a leak.
-            Request::Exec { stmt, commit: false, .. } => Scope::of(stmt),
+            Op::Exec { stmt, commit: false, .. } => Scope::of(stmt),
+            // Not requests of the built-in engine: look at everything.
+            Op::ReleaseOwners { .. } | Op::ReturnOwn { .. } => Scope::ALL,
         }
     }
+}
+
+fn ids_stage(s: leasesim_vocab::ids::StageRef) -> StageRef {
+    StageRef { pipeline: s.pipeline, index: s.index }
 }
 
 #[derive(Debug, Default)]

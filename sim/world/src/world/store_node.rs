@@ -1,4 +1,4 @@
-//! The store process: the engine's [`StoreServer`] behind the store seam.
+//! The store process: an engine's store behind the store seam.
 //!
 //! Store-side faults enter here, between the network and the engine's store,
 //! never inside the engine: stalls, lost requests and replies (ambiguous
@@ -8,40 +8,39 @@
 //! twice, and crashes of the store process itself.
 //!
 //! It is also where the harness records the store's ground truth: every
-//! request that arrived and who sent it, what became of it, what the store
-//! answered and what that answer's transaction changed (via the [`Tap`]).
+//! request that arrived and who sent it (classified in the harness's words
+//! by the engine's adapter, [`StoreSeam::classify`]), what became of it,
+//! what the store answered and what that answer's transaction changed (read
+//! back by the adapter's tap, [`StoreSeam::tap`]). Every decision here is
+//! made on the classified request, so every engine gets the same faults.
 
-use super::builtin;
 use super::controller::Controller;
 use super::injector::{chance, upto, Injector};
-use super::tap::{Scope, Tap};
-use super::variant::Variant;
+use super::link::Envelope;
+use crate::engine::{EngineUnderTest, StoreSeam};
 use crate::faults::FaultKind;
 use crate::history::Recorder;
 use crate::truth::{Commit, Fact, Reply, Sender};
-use leasesim::proto::{Rejection, Request, Response};
-use leasesim::store::server::StoreServer;
+use leasesim_vocab::op::{Op, Refusal, Response};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::sync::Notify;
 
 /// The longest a second delivery of a request trails the first.
 const DUPLICATE_MAX_LAG_MS: u64 = 2_000;
 
-pub struct StoreNode {
-    pub server: Arc<StoreServer>,
+pub struct StoreNode<E: EngineUnderTest> {
+    pub seam: Arc<E::Store>,
     pub faults: Arc<Injector>,
     pub control: Arc<Controller>,
     pub rec: Recorder,
-    pub tap: Tap,
     /// Numbers the requests that reach the store.
     pub next_req: AtomicU64,
     /// Longest downtime of a process killed under an open long poll.
     pub max_downtime_ms: u64,
-    /// A test's engine variant, serving requests in place of the store.
-    pub variant: Option<Arc<dyn Variant>>,
     /// Whether the store process is up, and the requests it holds.
     pub crash: Crash,
     pub _alive: super::WorldToken,
@@ -105,24 +104,33 @@ enum After {
 }
 
 /// How the front half of serving a request ended.
-enum Front {
+enum Front<R> {
     /// The harness dropped it: no answer will come.
     Dropped,
-    /// The harness answered for the store (nothing applied), because of
-    /// this fault (`None`: the statement timeout the request carried).
-    Refused(Response, Option<FaultKind>),
+    /// The harness answered for the store (nothing applied), for this
+    /// reason, because of this fault (`None`: the statement timeout the
+    /// request carried).
+    Refused(Refusal, Option<FaultKind>),
     /// The engine's store answered; the reply goes out as `After` says.
-    Answered(Response, After),
+    Answered(R, After),
 }
 
-impl StoreNode {
+/// One request on its way through the store process.
+struct Serving<'a, E: EngineUnderTest> {
+    id: u64,
+    req: E::Request,
+    op: &'a Op,
+    duplicate: bool,
+}
+
+impl<E: EngineUnderTest> StoreNode<E> {
     /// Serves one request. `None` means no answer is ever sent. A
     /// `duplicate` is a second delivery of a request already served: it is
     /// applied like any other, and its answer goes nowhere.
-    pub async fn handle(&self, from: Sender, req: Request, duplicate: bool) -> Option<Response> {
+    async fn handle_op(&self, from: Sender, req: E::Request, op: &Op, duplicate: bool) -> Option<E::Response> {
         let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
         if self.rec.enabled() {
-            self.rec.fact(Fact::Arrived { req: id, from, request: builtin::op(&req), duplicate });
+            self.rec.fact(Fact::Arrived { req: id, from, request: op.clone(), duplicate });
         }
         if self.crash.is_down() {
             // The store process is down: nobody takes the request.
@@ -138,7 +146,7 @@ impl StoreNode {
                 self.rec.fact(Fact::Dropped { req: id });
                 None
             }
-            served = self.serve(id, req, duplicate) => served,
+            served = self.serve(Serving { id, req, op, duplicate }) => served,
         };
         self.crash.leave(id);
         served.filter(|_| !duplicate)
@@ -146,43 +154,25 @@ impl StoreNode {
 
     /// The request's way through the store process, up to its answer
     /// leaving (see `handle`).
-    async fn serve(&self, id: u64, req: Request, duplicate: bool) -> Option<Response> {
+    async fn serve(&self, s: Serving<'_, E>) -> Option<E::Response> {
+        let (id, op, duplicate) = (s.id, s.op, s.duplicate);
         let arrived_ms = self.rec.now_ms();
-        let op = req.op_name();
+        let name = op.op_name();
         // A statement timeout runs from the moment the store has the request:
         // whatever holds it (a stall, a hang) counts, and when it strikes the
-        // transaction is aborted with nothing applied.
-        let timeout_ms = match &req {
-            Request::Maintain { timeout_ms, .. } => *timeout_ms,
-            // Other statements run under the caller's deadline only.
-            Request::Enqueue { .. }
-            | Request::CreatePipeline { .. }
-            | Request::Claim { .. }
-            | Request::Heartbeat { .. }
-            | Request::Renew { .. }
-            | Request::LeaseValid { .. }
-            | Request::Complete { .. }
-            | Request::Fail { .. }
-            | Request::ClearStageLink { .. }
-            | Request::ReleaseDead { .. }
-            | Request::ReleaseOrphans { .. }
-            | Request::ReclaimExpired { .. }
-            | Request::Repair { .. }
-            | Request::PipelineSnapshot { .. }
-            | Request::EnqueueStage { .. }
-            | Request::QueryIndex { .. }
-            | Request::Exec { .. }
-            | Request::Rollback { .. } => None,
+        // transaction is aborted with nothing applied. Other statements run
+        // under the caller's deadline only.
+        let timeout_ms = match op {
+            Op::Maintain { timeout_ms, .. } => *timeout_ms,
+            _ => None,
         };
-        let front = self.front(id, arrived_ms, req, duplicate);
+        let front = self.front(id, arrived_ms, s.req, op, duplicate);
         let front = match timeout_ms {
             None => front.await,
             Some(t) => tokio::select! {
                 biased;
                 front = front => front,
-                _ = tokio::time::sleep(Duration::from_millis(t)) => {
-                    Front::Refused(Response::Rejected { reason: Rejection::TimedOut }, None)
-                }
+                _ = tokio::time::sleep(Duration::from_millis(t)) => Front::Refused(Refusal::TimedOut, None),
             },
         };
         let (resp, after) = match front {
@@ -192,9 +182,9 @@ impl StoreNode {
             }
             // A duplicate's refusal reaches nobody, but it was refused (and
             // a statement's transaction aborted with it).
-            Front::Refused(response, fault) => {
-                self.rec.fact(Fact::Refused { req: id, response: builtin::response(&response), fault });
-                return (!duplicate).then_some(response);
+            Front::Refused(reason, fault) => {
+                self.rec.fact(Fact::Refused { req: id, response: Response::Rejected { reason }, fault });
+                return (!duplicate).then(|| self.seam.refuse(op, reason));
             }
             Front::Answered(resp, after) => (resp, after),
         };
@@ -202,7 +192,7 @@ impl StoreNode {
             After::Send => return Some(resp),
             After::Lose => {
                 if !duplicate {
-                    self.faults.inject(FaultKind::MessageLoss, format!("{op} reply lost after it applied"));
+                    self.faults.inject(FaultKind::MessageLoss, format!("{name} reply lost after it applied"));
                 }
                 return None;
             }
@@ -215,36 +205,36 @@ impl StoreNode {
 
     /// The faults on the way in, then the engine's store: everything up to
     /// the answer.
-    async fn front(&self, id: u64, arrived_ms: u64, req: Request, duplicate: bool) -> Front {
+    async fn front(&self, id: u64, arrived_ms: u64, req: E::Request, op: &Op, duplicate: bool) -> Front<E::Response> {
         // A duplicate's answer has no caller: it is lost whatever happens.
         let mut after = if duplicate { After::Lose } else { After::Send };
-        if let Some(front) = self.arrival_faults(&req, &mut after).await {
+        if let Some(front) = self.arrival_faults(op, &mut after).await {
             return front;
         }
-        if let Some(front) = self.transaction_faults(&req, &mut after).await {
+        if let Some(front) = self.transaction_faults(op, &mut after).await {
             return front;
         }
-        self.stale_poll(&req, &mut after);
-        self.message_delay(&req, &mut after).await;
+        self.stale_poll(op, &mut after);
+        self.message_delay(op, &mut after).await;
         if duplicate {
             after = After::Lose;
         }
-        let resp = self.apply(id, arrived_ms, req, &after).await;
+        let resp = self.apply(id, arrived_ms, req, op, &after).await;
         Front::Answered(resp, after)
     }
 
     /// Faults before the store has the request: a stall holds it, a missed
     /// heartbeat or a lost request drops it (a lost reply is decided here
     /// too), a hung maintenance pass never gets further.
-    async fn arrival_faults(&self, req: &Request, after: &mut After) -> Option<Front> {
+    async fn arrival_faults(&self, op: &Op, after: &mut After) -> Option<Front<E::Response>> {
         let f = &self.faults;
-        let op = req.op_name();
+        let name = op.op_name();
         if let Some(stall) = f.active(FaultKind::StoreStall) {
-            f.inject(FaultKind::StoreStall, format!("{op} held until {} ms", stall.end_ms()));
+            f.inject(FaultKind::StoreStall, format!("{name} held until {} ms", stall.end_ms()));
             let wait_ms = stall.end_ms().saturating_sub(f.now_ms());
             f.hold(wait_ms as i64).await;
         }
-        if let Request::Heartbeat { owner } = req {
+        if let Op::Heartbeat { owner } = op {
             if f.active_for(FaultKind::MissedHeartbeat, owner.proc).is_some() {
                 f.inject(FaultKind::MissedHeartbeat, format!("heartbeat of {owner} dropped"));
                 return Some(Front::Dropped);
@@ -252,12 +242,12 @@ impl StoreNode {
         }
         if f.roll(FaultKind::MessageLoss).is_some() {
             if chance(0.5) {
-                f.inject(FaultKind::MessageLoss, format!("{op} request lost"));
+                f.inject(FaultKind::MessageLoss, format!("{name} request lost"));
                 return Some(Front::Dropped);
             }
             *after = After::Lose;
         }
-        if let Request::Maintain { kind, owner, .. } = req {
+        if let Op::Maintain { kind, owner, .. } = op {
             if f.roll(FaultKind::HungMaintenance).is_some() {
                 // The pass's work never finishes (a lock it waits on, a
                 // statement that never returns); only its statement timeout,
@@ -272,62 +262,60 @@ impl StoreNode {
     /// Faults of the request's transaction: an outcome write or lease check
     /// that hangs (before it applies, or its reply), a write that times out,
     /// a serialization failure.
-    async fn transaction_faults(&self, req: &Request, after: &mut After) -> Option<Front> {
+    async fn transaction_faults(&self, op: &Op, after: &mut After) -> Option<Front<E::Response>> {
         let f = &self.faults;
-        let op = req.op_name();
-        if req.is_outcome_write() || matches!(req.statement(), Request::LeaseValid { .. }) {
+        let name = op.op_name();
+        if op.is_outcome_write() || matches!(op.statement(), Op::LeaseValid { .. }) {
             if let Some(e) = f.roll(FaultKind::HungFinalization) {
                 let magnitude = e.magnitude_ms;
                 if chance(0.5) {
-                    f.inject(FaultKind::HungFinalization, format!("{op} held before it applies"));
+                    f.inject(FaultKind::HungFinalization, format!("{name} held before it applies"));
                     f.hold(magnitude).await;
                 } else {
-                    f.inject(FaultKind::HungFinalization, format!("{op} applies, its reply is held"));
+                    f.inject(FaultKind::HungFinalization, format!("{name} applies, its reply is held"));
                     *after = After::Hold(magnitude);
                 }
             }
         }
-        if is_write(req) {
+        if is_write(op) {
             if let Some(e) = f.roll(FaultKind::TxnTimeout) {
                 let magnitude = e.magnitude_ms;
-                f.inject(FaultKind::TxnTimeout, format!("{op} transaction timed out"));
+                f.inject(FaultKind::TxnTimeout, format!("{name} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
-                self.abort(req);
-                let refused = Response::Rejected { reason: Rejection::Conflict };
-                return Some(Front::Refused(refused, Some(FaultKind::TxnTimeout)));
+                self.abort(op);
+                return Some(Front::Refused(Refusal::Conflict, Some(FaultKind::TxnTimeout)));
             }
         }
-        if changes_rows(req) && f.roll(FaultKind::SerializationFailure).is_some() {
+        if changes_rows(op) && f.roll(FaultKind::SerializationFailure).is_some() {
             // A concurrent transaction touched the same rows: the database
             // aborts this one at once and tells the caller to retry.
-            f.inject(FaultKind::SerializationFailure, format!("{op} aborted by a serialization failure"));
-            self.abort(req);
-            let refused = Response::Rejected { reason: Rejection::Conflict };
-            return Some(Front::Refused(refused, Some(FaultKind::SerializationFailure)));
+            f.inject(FaultKind::SerializationFailure, format!("{name} aborted by a serialization failure"));
+            self.abort(op);
+            return Some(Front::Refused(Refusal::Conflict, Some(FaultKind::SerializationFailure)));
         }
         None
     }
 
     /// The database aborted the request's transaction: a statement's
     /// transaction (opened by earlier statements) ends with it.
-    fn abort(&self, req: &Request) {
-        if let Request::Exec { txn, .. } = req {
-            self.server.apply_now(&Request::Rollback { txn: *txn });
+    fn abort(&self, op: &Op) {
+        if let Op::Exec { txn, .. } | Op::Commit { txn } = op {
+            self.seam.abort(*txn);
         }
     }
 
     /// A late message: either leg can be slow. A late request applies late,
     /// a late reply answers with what was true earlier.
-    async fn message_delay(&self, req: &Request, after: &mut After) {
+    async fn message_delay(&self, op: &Op, after: &mut After) {
         let f = &self.faults;
-        let op = req.op_name();
+        let name = op.op_name();
         if let Some(e) = f.roll(FaultKind::MessageDelay) {
             let delay_ms = upto(e.magnitude_ms.max(0) as u64);
             if chance(0.5) {
-                f.inject(FaultKind::MessageDelay, format!("{op} request delayed {delay_ms} ms"));
+                f.inject(FaultKind::MessageDelay, format!("{name} request delayed {delay_ms} ms"));
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             } else if matches!(after, After::Send) {
-                f.inject(FaultKind::MessageDelay, format!("{op} reply delayed {delay_ms} ms"));
+                f.inject(FaultKind::MessageDelay, format!("{name} reply delayed {delay_ms} ms"));
                 *after = After::Delay(delay_ms);
             }
         }
@@ -335,10 +323,10 @@ impl StoreNode {
 
     /// Stale polls: a long poll whose caller dies while it is open, or a
     /// poll or snapshot answered late.
-    fn stale_poll(&self, req: &Request, after: &mut After) {
+    fn stale_poll(&self, op: &Op, after: &mut After) {
         let f = &self.faults;
-        match req {
-            Request::Claim { owner, wait_ms, .. }
+        match op {
+            Op::Claim { owner, wait_ms, .. }
                 if *wait_ms > 0 && f.roll(FaultKind::StalePoll).is_some() && chance(0.5) =>
             {
                 // The caller dies while its long poll stays open here; the
@@ -347,86 +335,66 @@ impl StoreNode {
                 f.inject(FaultKind::StalePoll, format!("{owner} killed {kill_after_ms} ms into its open long poll"));
                 self.kill_later(owner.proc, kill_after_ms);
             }
-            Request::Claim { wait_ms, .. } if *wait_ms > 0 => {}
-            Request::Claim { .. } | Request::PipelineSnapshot { .. } => {
+            Op::Claim { wait_ms, .. } if *wait_ms > 0 => {}
+            Op::Claim { .. } | Op::PipelineSnapshot { .. } => {
                 if let Some(e) = f.roll(FaultKind::StalePoll) {
                     let delay_ms = upto(e.magnitude_ms.max(0) as u64);
-                    f.inject(FaultKind::StalePoll, format!("{} answered {delay_ms} ms late", req.op_name()));
+                    f.inject(FaultKind::StalePoll, format!("{} answered {delay_ms} ms late", op.op_name()));
                     *after = After::Delay(delay_ms);
                 }
             }
             // Not polls.
-            Request::Enqueue { .. }
-            | Request::CreatePipeline { .. }
-            | Request::Heartbeat { .. }
-            | Request::Renew { .. }
-            | Request::LeaseValid { .. }
-            | Request::Complete { .. }
-            | Request::Fail { .. }
-            | Request::ClearStageLink { .. }
-            | Request::ReleaseDead { .. }
-            | Request::ReleaseOrphans { .. }
-            | Request::ReclaimExpired { .. }
-            | Request::Repair { .. }
-            | Request::Maintain { .. }
-            | Request::EnqueueStage { .. }
-            | Request::QueryIndex { .. }
-            | Request::Exec { .. }
-            | Request::Rollback { .. } => {}
+            _ => {}
         }
     }
 
     /// Hands the request to the engine's store and records what it answered
-    /// and what its transaction changed. The store's rows in the request's
-    /// scope are first checked against the tap's mirror: a difference there
+    /// and what its transaction changed. The store's rows the request may
+    /// change are first checked against the tap's mirror: a difference there
     /// happened outside any request (drift).
-    async fn apply(&self, id: u64, arrived_ms: u64, req: Request, after: &After) -> Response {
-        let scope = Scope::of(&req);
-        let drift = self.sync(scope);
+    async fn apply(&self, id: u64, arrived_ms: u64, req: E::Request, op: &Op, after: &After) -> E::Response {
+        let drift = self.sync(Some(op));
         if !drift.is_empty() {
             self.rec.fact(Fact::Drift { commit: drift });
         }
         // Held requests say when the store took them, for the checkers that
         // judge what a store does while it holds one.
-        let held =
-            matches!(req, Request::Claim { wait_ms, .. } if wait_ms > 0) || matches!(req, Request::QueryIndex { .. });
+        let held = matches!(op, Op::Claim { wait_ms, .. } if *wait_ms > 0) || matches!(op, Op::QueryIndex { .. });
         if held || self.rec.now_ms() > arrived_ms {
             self.rec.fact(Fact::Handed { req: id });
         }
-        let response = match &self.variant {
-            Some(variant) => variant.store(&self.server, req).await,
-            None => self.server.handle(req).await,
-        };
+        let resp = self.seam.serve(req).await;
         // Same poll as the store's last apply: no other transaction between.
-        let commit = self.sync(scope);
+        let commit = self.sync(Some(op));
         let reply = match after {
             After::Send => Reply::Sent,
             After::Lose => Reply::Lost,
             After::Delay(_) | After::Hold(_) => Reply::Late,
         };
         if self.rec.enabled() {
-            self.rec.fact(Fact::Answered { req: id, response: builtin::response(&response), commit, reply });
+            let response = self.seam.normalize(op, &resp);
+            self.rec.fact(Fact::Answered { req: id, response, commit, reply });
         }
-        response
+        resp
     }
 
     /// The tap's look at the store (skipped when nothing is recorded).
-    fn sync(&self, scope: Scope) -> Commit {
+    fn sync(&self, op: Option<&Op>) -> Commit {
         if self.rec.enabled() {
-            self.tap.sync(&self.server, scope)
+            self.seam.tap(op)
         } else {
             Commit::default()
         }
     }
 
     /// Should this request be delivered a second time, and after how long?
-    pub fn duplicate_after_ms(&self, req: &Request) -> Option<u64> {
-        if !may_duplicate(req) || self.faults.roll(FaultKind::DuplicateDelivery).is_none() {
+    fn duplicate_after_ms(&self, op: &Op) -> Option<u64> {
+        if !self.seam.may_duplicate(op) || self.faults.roll(FaultKind::DuplicateDelivery).is_none() {
             return None;
         }
         let after_ms = upto(DUPLICATE_MAX_LAG_MS);
         self.faults
-            .inject(FaultKind::DuplicateDelivery, format!("{} delivered again {after_ms} ms later", req.op_name()));
+            .inject(FaultKind::DuplicateDelivery, format!("{} delivered again {after_ms} ms later", op.op_name()));
         Some(after_ms)
     }
 
@@ -436,7 +404,7 @@ impl StoreNode {
             return;
         }
         let held = self.crash.crash() as u64;
-        self.server.lose_open_transactions();
+        self.seam.crash();
         self.faults.inject(FaultKind::StoreCrash, format!("store process died holding {held} requests"));
         self.rec.fact(Fact::StoreCrashed { held });
     }
@@ -468,53 +436,66 @@ impl StoreNode {
     }
 }
 
+/// The store process's side of the link: takes each request as it arrives
+/// and serves it in a task of its own (a held request must not hold up the
+/// others), sending its answer back over the link.
+pub async fn serve<E: EngineUnderTest>(mut inbox: mpsc::UnboundedReceiver<Envelope<E>>, store: Arc<StoreNode<E>>) {
+    while let Some(Envelope { from, req, reply, .. }) = inbox.recv().await {
+        let op = store.seam.classify(from, &req);
+        if let Some(after_ms) = store.duplicate_after_ms(&op) {
+            let (store, req, op) = (store.clone(), req.clone(), op.clone());
+            tokio::spawn(Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                store.handle_op(from, req, &op, true).await;
+            }));
+        }
+        // Boxed: serving a request is a large future (every store fault's
+        // state), and a spawn moves its future several times on the way
+        // into its task; a box is moved instead.
+        let store = store.clone();
+        tokio::spawn(Box::pin(async move {
+            // `None`: the answer is never sent (the store seam dropped it).
+            if let Some(resp) = store.handle_op(from, req, &op, false).await {
+                reply.send(resp).await;
+            }
+        }));
+    }
+}
+
 /// Requests whose transaction may change rows: any of them can abort on a
 /// serialization failure (claims, heartbeats and maintenance included).
-fn changes_rows(req: &Request) -> bool {
+fn changes_rows(op: &Op) -> bool {
     !matches!(
-        req.statement(),
-        Request::Rollback { .. }
-            | Request::LeaseValid { .. }
-            | Request::PipelineSnapshot { .. }
-            | Request::QueryIndex { .. }
+        op.statement(),
+        Op::Rollback { .. }
+            | Op::Commit { .. }
+            | Op::LeaseValid { .. }
+            | Op::PipelineSnapshot { .. }
+            | Op::QueryIndex { .. }
+            | Op::Other { .. }
     )
 }
 
 /// Requests a network or proxy may deliver twice. Not maintenance (one pass
 /// per session by construction), lag-bounded queries or long polls (held
 /// requests whose second copy would be a second caller).
-pub fn may_duplicate(req: &Request) -> bool {
-    match req {
-        Request::Maintain { .. } | Request::QueryIndex { .. } => false,
-        Request::Claim { wait_ms, .. } => *wait_ms == 0,
-        Request::Enqueue { .. }
-        | Request::CreatePipeline { .. }
-        | Request::Heartbeat { .. }
-        | Request::Renew { .. }
-        | Request::LeaseValid { .. }
-        | Request::Complete { .. }
-        | Request::Fail { .. }
-        | Request::ClearStageLink { .. }
-        | Request::ReleaseDead { .. }
-        | Request::ReleaseOrphans { .. }
-        | Request::ReclaimExpired { .. }
-        | Request::Repair { .. }
-        | Request::PipelineSnapshot { .. }
-        | Request::EnqueueStage { .. }
-        | Request::Exec { .. }
-        | Request::Rollback { .. } => true,
+pub fn may_duplicate(op: &Op) -> bool {
+    match op {
+        Op::Maintain { .. } | Op::QueryIndex { .. } => false,
+        Op::Claim { wait_ms, .. } => *wait_ms == 0,
+        _ => true,
     }
 }
 
 /// Requests that write (a transaction that can time out).
-fn is_write(req: &Request) -> bool {
+fn is_write(op: &Op) -> bool {
     matches!(
-        req.statement(),
-        Request::Complete { .. }
-            | Request::Fail { .. }
-            | Request::Renew { .. }
-            | Request::ClearStageLink { .. }
-            | Request::Enqueue { .. }
-            | Request::EnqueueStage { .. }
+        op.statement(),
+        Op::Complete { .. }
+            | Op::Fail { .. }
+            | Op::Renew { .. }
+            | Op::ClearStageLink { .. }
+            | Op::Enqueue { .. }
+            | Op::EnqueueStage { .. }
     )
 }

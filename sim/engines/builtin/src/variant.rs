@@ -11,11 +11,8 @@ use leasesim::event::{Event, Observer};
 use leasesim::ids::Owner;
 use leasesim::proto::{Request, Response, RpcError};
 use leasesim::store::server::StoreServer;
-use std::future::Future;
-use std::pin::Pin;
+pub use leasesim_world::engine::BoxFuture;
 use std::sync::Arc;
-
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A way to call the store as the network carries it (no variant in it). It
 /// owns what it needs: a variant may call it more than once, or spawn a call
@@ -68,15 +65,5 @@ impl Observer for Filtered {
         if let Some(event) = self.variant.event(event) {
             self.inner.emit(event);
         }
-    }
-}
-
-/// A variant as a run carries it.
-#[derive(Clone)]
-pub struct VariantRef(pub Arc<dyn Variant>);
-
-impl std::fmt::Debug for VariantRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Variant({})", self.0.name())
     }
 }

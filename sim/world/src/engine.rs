@@ -1,0 +1,232 @@
+//! The engine boundary: what an engine under test gives the harness, and
+//! what the harness gives it.
+//!
+//! The shape is TigerBeetle's cluster generic over its state machine: the
+//! world ([`crate::world::run`]) is generic over an [`EngineUnderTest`],
+//! which says how to start its store process behind the harness's store
+//! seam, how to run one incarnation of a worker process and how the client
+//! makes one call. Everything that crosses a process boundary goes through
+//! the harness's own link ([`crate::world::link::Link`]), so every store and
+//! process fault applies to every engine alike, and everything recorded is
+//! in the harness's vocabulary ([`leasesim_vocab`]): the adapter classifies
+//! each request ([`StoreSeam::classify`]), normalizes each answer and each
+//! stored row. An adapter replaces only an engine's documented seams (its
+//! runtime, its database driver, its transport); the engine's code runs
+//! unmodified.
+//!
+//! [`Adapter`] (an engine by name, as a scenario's `[engine]` names it) and
+//! [`Engine`] (an adapter with its configuration, object-safe so campaigns
+//! need no generics) are the registry side of the same boundary.
+
+use crate::history::Recorder;
+use crate::scenario::Scenario;
+use crate::world::handler::SimHandler;
+use crate::world::injector::Injector;
+use crate::world::link::Link;
+use crate::world::sim_clock::{SimClock, SimTime};
+use crate::world::workload::Action;
+use crate::world::{WorldResult, WorldSpec};
+use leasesim_vocab::ids::{Owner, ProcId, StageRef, TxnId};
+use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::promise::{Capabilities, Promises};
+use leasesim_vocab::task::{QueueId, QueueRow, Row, StageRow};
+use leasesim_vocab::truth::{ClientAnswer, Commit, Sender};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An engine under test, typed: its wire requests and answers, its store
+/// process, its worker processes and its client.
+pub trait EngineUnderTest: Send + Sync + Sized + 'static {
+    /// What a process sends to the store (an RPC, a SQL statement).
+    type Request: Clone + Send + Sync + 'static;
+    /// What the store answers.
+    type Response: Send + 'static;
+    /// The store process as the store seam drives it.
+    type Store: StoreSeam<Self>;
+    /// State of the adapter's own that one world's processes share (the
+    /// harness's bookkeeping, never the engine's).
+    type Shared: Clone + Send + Sync + 'static;
+
+    /// A fresh store process (its committed state empty) and the shared
+    /// bookkeeping of one world.
+    fn start(&self, world: &StoreWorld) -> (Arc<Self::Store>, Self::Shared);
+
+    /// Runs one incarnation of worker process `w.owner` until it is killed.
+    fn run_worker(&self, w: WorkerWorld<Self>) -> BoxFuture<'static, ()>;
+
+    /// One call of the application's client (its answer is recorded by the
+    /// world at the client seam).
+    fn client_call(&self, c: ClientWorld<Self>, action: Action) -> BoxFuture<'static, ClientAnswer>;
+}
+
+/// The store process of one engine, as the store seam sees it: every
+/// request classified before it is served, served by the engine's own store
+/// (or its model), and every row read back by the harness.
+pub trait StoreSeam<E: EngineUnderTest>: Send + Sync + 'static {
+    /// The request in the harness's words. `from` is who sent it as the
+    /// link saw it, not as the request claims.
+    fn classify(&self, from: Sender, req: &E::Request) -> Op;
+
+    /// The answer to the request classified as `op`, in the harness's words.
+    fn normalize(&self, op: &Op, resp: &E::Response) -> Response;
+
+    /// How the store answers a request that a fault refused (a
+    /// serialization failure, a timeout, a lock wait given up): nothing of
+    /// it applied.
+    fn refuse(&self, op: &Op, why: Refusal) -> E::Response;
+
+    /// Serves one request: the engine's store applies it, waiting for row
+    /// locks or holding it open as the store does.
+    fn serve(&self, req: E::Request) -> BoxFuture<'_, E::Response>;
+
+    /// The database aborted this transaction (a fault refused one of its
+    /// statements): nothing it wrote applies, its locks are released.
+    fn abort(&self, txn: TxnId);
+
+    /// The store process died: open transactions are lost, committed state
+    /// survives.
+    fn crash(&self);
+
+    /// What changed in the store since the last look, within what `op` may
+    /// change (`None`: the whole store), read by the harness itself. Called
+    /// right before a request is served (a change then is drift) and right
+    /// after it answered (its commit).
+    fn tap(&self, op: Option<&Op>) -> Commit;
+
+    /// The whole store at the end of the run.
+    fn last_look(&self) -> LastLook;
+
+    /// Work of its own the store process runs beside serving requests (a
+    /// test's engine variant may have some), started on the store's node.
+    fn process(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
+    /// Should a fault-free duplicate of this request be possible (a network
+    /// or proxy delivering it twice)? Held requests and maintenance are not.
+    fn may_duplicate(&self, op: &Op) -> bool {
+        crate::world::store_node::may_duplicate(op)
+    }
+}
+
+/// The store's committed state at the end of a run, normalized.
+#[derive(Debug, Clone, Default)]
+pub struct LastLook {
+    pub tasks: Vec<Row>,
+    pub stages: Vec<(StageRef, StageRow)>,
+    pub materialized: Vec<u64>,
+    pub queues: Vec<(QueueId, QueueRow)>,
+}
+
+/// What the world gives an engine's store process.
+#[derive(Clone)]
+pub struct StoreWorld {
+    pub time: SimTime,
+    pub rec: Recorder,
+    pub seed: u64,
+    pub scenario: Arc<Scenario>,
+}
+
+/// What the world gives one incarnation of a worker process.
+pub struct WorkerWorld<E: EngineUnderTest> {
+    pub owner: Owner,
+    /// Its way to the store (every store and network fault applies).
+    pub link: Link<E>,
+    /// Its clock: the world's time plus the plan's offset for it.
+    pub clock: Arc<SimClock>,
+    /// The task-body seam: run every attempt's body through it.
+    pub body: SimHandler,
+    /// For testimony and facts the adapter records at its own seams.
+    pub rec: Recorder,
+    pub faults: Arc<Injector>,
+    pub scenario: Arc<Scenario>,
+    pub seed: u64,
+    /// The other worker processes (for peer notes, if the engine has them).
+    pub peers: Vec<ProcId>,
+    pub shared: E::Shared,
+}
+
+/// What the world gives one call of the application's client.
+pub struct ClientWorld<E: EngineUnderTest> {
+    /// The call's number (its sender at the store seam).
+    pub call: u64,
+    pub link: Link<E>,
+    pub rec: Recorder,
+    pub scenario: Arc<Scenario>,
+    pub shared: E::Shared,
+}
+
+/// An engine by name: how a scenario's `[engine]` table becomes a
+/// configured [`Engine`].
+pub trait Adapter: Send + Sync + 'static {
+    /// The name a scenario gives (`[engine] name = "..."`).
+    fn name(&self) -> &'static str;
+    /// One line for `cargo sim list`.
+    fn about(&self) -> &'static str;
+    /// Its defect switches: (name, what it breaks). Only `--defect` or a
+    /// corpus entry turns one on.
+    fn switches(&self) -> Vec<(&'static str, &'static str)>;
+    /// The engine configured by a scenario's `[engine]` table (without its
+    /// `name`). The error is one line naming the field (`lease_ttl.job_ms:
+    /// ...`); the caller prefixes `engine.`.
+    fn configure(&self, table: &toml::Table) -> Result<Arc<dyn Engine>, String>;
+}
+
+/// A configured engine, as campaigns carry it.
+pub trait Engine: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn promises(&self) -> Promises;
+    fn capabilities(&self) -> Capabilities;
+    /// The same engine with these defect switches on (the error names an
+    /// unknown switch).
+    fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String>;
+    /// The switches that are on, sorted.
+    fn switches_on(&self) -> Vec<String>;
+    /// Its whole configuration, every field (without `name`), as a scenario's
+    /// `[engine]` table would give it.
+    fn config(&self) -> toml::Table;
+    /// Relations between the engine's configuration and the rest of the
+    /// world that a run needs (index builds need an index pass...); the
+    /// error is one line naming the field.
+    fn validate(&self, scenario: &Scenario) -> Result<(), String>;
+    /// Runs one world. Must be called inside a madsim runtime seeded `seed`.
+    fn run(self: Arc<Self>, spec: WorldSpec, seed: u64) -> BoxFuture<'static, WorldResult>;
+}
+
+/// The engines this process knows, by name. The built-in engine's adapter
+/// registers itself where the harness is used (`leasesim-sim`); other
+/// adapters are registered by whoever links them.
+static ADAPTERS: OnceLock<Mutex<Vec<Arc<dyn Adapter>>>> = OnceLock::new();
+
+fn adapters() -> &'static Mutex<Vec<Arc<dyn Adapter>>> {
+    ADAPTERS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Makes an adapter known by its name (again: no change).
+pub fn register(adapter: Arc<dyn Adapter>) {
+    let mut all = adapters().lock().expect("adapters");
+    if !all.iter().any(|a| a.name() == adapter.name()) {
+        all.push(adapter);
+        all.sort_by_key(|a| a.name());
+    }
+}
+
+/// The adapter of this name.
+pub fn adapter(name: &str) -> Result<Arc<dyn Adapter>, String> {
+    let all = adapters().lock().expect("adapters");
+    all.iter().find(|a| a.name() == name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = all.iter().map(|a| a.name()).collect();
+        format!("unknown engine '{name}' (known: {})", known.join(", "))
+    })
+}
+
+/// Every known adapter, by name.
+pub fn known() -> Vec<Arc<dyn Adapter>> {
+    adapters().lock().expect("adapters").clone()
+}
+
+/// The name of the engine a scenario without `[engine] name` runs.
+pub const DEFAULT_ENGINE: &str = "builtin";
