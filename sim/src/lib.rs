@@ -59,7 +59,10 @@ pub mod scenario {
 /// Makes the engines this crate ships with known by name (idempotent).
 pub fn engines() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(leasesim_builtin::register);
+    ONCE.call_once(|| {
+        leasesim_builtin::register();
+        leasesim_graphile::register();
+    });
 }
 
 /// `name`, if some known engine has a defect switch of that name (each run

@@ -48,11 +48,17 @@ impl ClaimProgress {
         }
     }
 
-    /// When task `id` became due, by the policy (not by the store's word).
+    /// When task `id` became due, by the policy (not by the store's word):
+    /// a task of a named queue only once no other task of it runs.
     fn due_ms(ctx: &Ctx, id: TaskId) -> Option<u64> {
         let t = ctx.view.task(id)?;
-        let backoff = t.last_failure.map_or(0, |(at, n)| at + promise::backoff_ms(ctx.promises(), n));
-        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff))
+        let backoff = t.last_failure.map_or(0, |f| promise::retry_due_ms(ctx.promises(), &f));
+        let queue = match t.row.spec.queue {
+            Some(q) if ctx.view.queues_busy.contains(&q) => return None,
+            Some(q) => ctx.view.queue_free_since.get(&q).copied().unwrap_or(0),
+            None => 0,
+        };
+        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff).max(queue))
     }
 
     /// A worker that had room for a task throughout `[from, now]`.

@@ -339,8 +339,8 @@ impl Coverage {
                 if self.last_release.remove(&fence.task).is_some_and(|lost| lost.owner == fence.owner) {
                     self.hit(SAME_OWNER_RECLAIM);
                 }
-                if let Some((failed_ms, n)) = v.task(fence.task).and_then(|t| t.last_failure) {
-                    if now == failed_ms + promise::backoff_ms(cfg, n) {
+                if let Some(f) = v.task(fence.task).and_then(|t| t.last_failure) {
+                    if now == promise::retry_due_ms(cfg, &f) {
                         self.hit(RETRY_ON_TIME);
                     }
                 }

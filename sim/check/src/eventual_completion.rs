@@ -3,6 +3,11 @@
 //! failure) and every pipeline created before the heal has all its stages
 //! done; and no stage task outlives its done stage (an orphan).
 //!
+//! An engine that does not release the tasks of dead holders (no recovery:
+//! `Capabilities::heartbeats` off, `leases` off) promises nothing for a task
+//! whose holder died holding it, nor for the tasks of a named queue such a
+//! holder keeps locked: they are lost for a reason the engine declared.
+//!
 //! Judged at the end of the run, from the store's rows (store seam).
 
 use super::view::TaskView;
@@ -25,6 +30,19 @@ fn describe(t: &TaskView) -> String {
     }
 }
 
+/// Is `t` stuck behind a holder that died, in an engine that never
+/// releases a dead holder's work?
+fn abandoned_by_design(t: &TaskView, ctx: &Ctx) -> bool {
+    let caps = &ctx.spec.caps;
+    if caps.heartbeats || caps.leases {
+        return false;
+    }
+    let dead = |owner| ctx.view.killed(owner).is_some();
+    let held_by_dead = t.state() == TaskState::Leased && t.row.owner.is_some_and(dead);
+    let queue_of_dead = t.row.spec.queue.and_then(|q| ctx.view.queues.get(&q)).and_then(|r| r.holder).is_some_and(dead);
+    held_by_dead || queue_of_dead
+}
+
 impl EventualCompletion {
     fn judge_tasks(&mut self, end_ms: u64, heal: u64, due: bool, ctx: &Ctx, out: &mut Vec<Violation>) {
         let bound = ctx.spec.bounds.completion_bound_ms;
@@ -37,6 +55,9 @@ impl EventualCompletion {
                 .then(|| t.stage())
                 .flatten()
                 .and_then(|s| ctx.view.stages.get(&s).and_then(|v| v.done).map(|(at, _)| (s, at)));
+            if orphan_of.is_none() && abandoned_by_design(t, ctx) {
+                continue;
+            }
             let message = match orphan_of {
                 Some((stage, done_ms)) => format!(
                     "t{id}: orphan stage task, still {} at the end ({end_ms} ms) although stage {stage} was done at {done_ms} ms",
@@ -164,5 +185,46 @@ mod tests {
                 .at(1_000).heal()
                 .at(6_000).end().build()
             => &[(NAME, None)];
+    }
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, spec_without_recovery, H, PASS};
+    use leasesim_vocab::task::TaskKind;
+
+    fn dead_holder() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .at(1_000)
+            .killed(o(1, 1))
+            .at(10_000)
+            .heal()
+            .at(16_000)
+    }
+
+    cases! {
+        dead_holders_task_left_leased:
+            dead_holder().end().build()
+            => &[(NAME, Some(1))];
+    }
+
+    #[test]
+    fn without_recovery_a_dead_holders_task_is_lost_by_design() {
+        let report = crate::check(&spec_without_recovery(), &dead_holder().end().build());
+        assert_eq!(report.violations.iter().map(|v| v.invariant.as_str()).collect::<Vec<_>>(), Vec::<&str>::new());
+        // ... but a task held by a live owner is not.
+        let live =
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).at(10).grant(1, 1, o(1, 1)).at(10_000).heal().at(16_000);
+        let report = crate::check(&spec_without_recovery(), &live.end().build());
+        let names: Vec<&str> = report.violations.iter().map(|v| v.invariant.as_str()).collect();
+        assert_eq!(names, vec![NAME]);
+        let _ = PASS;
     }
 }

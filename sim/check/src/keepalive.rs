@@ -8,12 +8,16 @@
 //! the store process, whatever the harness then did to it (a fault that
 //! drops it is the harness's doing, not the worker's). Only intervals in
 //! which the worker was up, running and connected, and its clock was not
-//! off by more than the renewal margin, are judged.
+//! off by more than the renewal margin, are judged; and a worker's
+//! heartbeats only once it has announced itself (its first heartbeat) or
+//! holds a task, and until it says it is leaving (deregisters): a worker
+//! still starting up, or shutting down, keeps nothing alive.
 
 use super::{promise, Checker, Ctx, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, Owner};
 use leasesim_vocab::op::Op;
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::truth::{Fact, Sender};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,6 +36,10 @@ pub struct Keepalive {
     judged: BTreeSet<(Fence, u64)>,
     /// Owners already reported for silence.
     silent: BTreeSet<Owner>,
+    /// Owners whose heartbeat reached the store at least once.
+    announced: BTreeSet<Owner>,
+    /// Owners that said they are leaving (deregistered).
+    left: BTreeSet<Owner>,
     /// The millisecond last judged.
     judged_ms: Option<u64>,
     evaluations: u64,
@@ -43,6 +51,10 @@ impl Keepalive {
             Entry::Truth(Fact::Arrived { from: Sender::Worker(owner), request, .. }) => match request {
                 Op::Heartbeat { .. } => {
                     self.heartbeat.insert(*owner, now);
+                    self.announced.insert(*owner);
+                }
+                Op::Deregister { .. } => {
+                    self.left.insert(*owner);
                 }
                 Op::Renew { fence } => self.renewals.entry(*fence).or_default().push(now),
                 _ => {}
@@ -59,7 +71,12 @@ impl Keepalive {
     fn judge_heartbeats(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         let gap = promise::heartbeat_gap_ms(ctx.promises()) + SLACK_MS;
         for (owner, o) in &ctx.view.owners {
-            if !o.alive() || self.silent.contains(owner) {
+            if !o.alive() || self.silent.contains(owner) || self.left.contains(owner) {
+                continue;
+            }
+            let holds =
+                || ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
+            if !self.announced.contains(owner) && !holds() {
                 continue;
             }
             let p = ctx.view.procs.get(&owner.proc);
@@ -166,6 +183,10 @@ impl Checker for Keepalive {
     fn evaluations(&self) -> u64 {
         self.evaluations
     }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.leases || caps.heartbeats
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +239,19 @@ mod tests {
             => PASS;
         silent_worker:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).at(120_000).heartbeat(o(1, 1)).build()
+            => &[(NAME, None)];
+        starting_worker_holding_nothing_passes:
+            // Up for two minutes, still starting (no heartbeat, no task).
+            H::new().up(o(1, 1)).at(120_000).heartbeat(o(1, 1)).build()
+            => PASS;
+        worker_leaving_stops_heartbeats_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1))
+                .at(30_000).fact(leasesim_vocab::truth::Fact::Arrived { req: 900, from: leasesim_vocab::truth::Sender::Worker(o(1, 1)), request: leasesim_vocab::op::Op::Deregister { owner: o(1, 1) }, duplicate: false })
+                .at(120_000).build()
+            => PASS;
+        silent_worker_holding_a_task_it_never_announced:
+            H::new().up(o(1, 1)).created(2, TaskKind::Job).at(10).grant(2, 1, o(1, 1))
+                .at(120_000).heartbeat(o(1, 1)).build()
             => &[(NAME, None)];
     }
 }

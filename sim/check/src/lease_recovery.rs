@@ -11,6 +11,7 @@
 use super::{Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Owner, TaskId};
+use leasesim_vocab::promise::Capabilities;
 use std::collections::BTreeSet;
 
 pub const NAME: &str = "expired-lease-recovery";
@@ -107,6 +108,10 @@ impl Checker for LeaseRecovery {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.leases || caps.heartbeats
     }
 }
 

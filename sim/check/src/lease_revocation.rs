@@ -13,7 +13,10 @@
 //! - the holder released it itself (same-owner recovery): its body was not
 //!   running or finalizing when it sent the request nor when the store
 //!   applied it, and the grant was older than a claim answer can be when it
-//!   sent the request.
+//!   sent the request;
+//! - the holder handed it back itself, naming it (a worker returning its
+//!   jobs as it shuts down): whether its body still ran then is
+//!   `execution-exclusive`'s to judge.
 //!
 //! A revocation without a reason is a violation even when the fence then
 //! keeps the old attempt's writes out: the owner lost work it still held.
@@ -82,6 +85,11 @@ pub(super) fn justify(
         return Ok(format!("{owner} was silent at the store since {silent_since} ms"));
     }
     if let Some(r) = request.filter(|r| r.from == Sender::Worker(owner)) {
+        if let Op::ReturnOwn { owner: by, tasks } = &r.request {
+            if *by == owner && tasks.contains(&holder.task) {
+                return Ok(format!("{owner} handed it back itself"));
+            }
+        }
         if let Op::ReleaseOrphans { .. } = r.request {
             // The owner listed what it runs just before the request reached
             // the store; its clock may be off by its offset.
@@ -226,6 +234,35 @@ mod tests {
                 .at(50).killed(o(1, 1))
                 .at(60).up(o(1, 2)).heartbeat(o(1, 2))
                 .at(70).released_by(2, o(2, 1), Op::ReleaseDead { by: o(2, 1) }, ReleaseCause::DeadOwner)
+                .build()
+            => PASS;
+        own_return_passes:
+            // A worker shutting down hands back the job it holds, naming it.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![3] }, ReleaseCause::Orphaned)
+                .build()
+            => PASS;
+        return_of_a_task_it_does_not_name:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
+                .at(10).grant(3, 1, o(1, 1))
+                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![4] }, ReleaseCause::Orphaned)
+                .build()
+            => &[(NAME, Some(3))];
+        live_owner_named_dead_by_a_sweep:
+            // A sweep releases the jobs of owners it listed as dead; p1's
+            // heartbeat reached the store 10 s before.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1))
+                .at(90_000).heartbeat(o(1, 1))
+                .at(100_000).released_by(2, o(2, 1), Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] }, ReleaseCause::DeadOwner)
+                .build()
+            => &[(NAME, Some(2))];
+        silent_owner_named_dead_by_a_sweep_passes:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(2, TaskKind::Job)
+                .at(10).grant(2, 1, o(1, 1)).paused(1)
+                .at(100_000).heartbeat(o(2, 1))
+                .at(200_000).released_by(2, o(2, 1), Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] }, ReleaseCause::DeadOwner)
                 .build()
             => PASS;
         own_orphan_released_passes:

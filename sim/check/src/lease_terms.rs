@@ -6,6 +6,7 @@
 
 use super::{commit, granted, promise, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskState;
 
 pub const NAME: &str = "lease-terms";
@@ -70,6 +71,10 @@ impl Checker for LeaseTerms {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.leases
     }
 }
 

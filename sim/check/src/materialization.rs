@@ -10,6 +10,7 @@
 use super::{fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{IndexId, TaskId};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskKind;
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact};
 use std::collections::BTreeSet;
@@ -126,6 +127,10 @@ impl Checker for Materialization {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.indexes
     }
 }
 

@@ -46,7 +46,8 @@ fn claims(req: &Op) -> Option<(Fence, Option<Option<TaskError>>)> {
         | Op::Commit { .. }
         | Op::ReleaseOwners { .. }
         | Op::ReturnOwn { .. }
-        | Op::Other { .. } => None,
+        | Op::Other { .. }
+        | Op::Deregister { .. } => None,
         Op::Exec { stmt, .. } => claims(stmt),
     }
 }

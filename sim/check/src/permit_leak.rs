@@ -10,6 +10,7 @@
 use super::{fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, TaskId};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::testimony::Event;
 use leasesim_vocab::truth::Fact;
 use std::collections::BTreeMap;
@@ -169,6 +170,10 @@ impl Checker for PermitLeak {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.permits
     }
 }
 

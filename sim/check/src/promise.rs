@@ -6,7 +6,7 @@
 //! written here once, from the promise's documented meaning, and every
 //! checker reads it from here.
 
-use leasesim_vocab::promise::{Backoff, Promises};
+use leasesim_vocab::promise::{Backoff, Promises, StatementTime};
 use leasesim_vocab::task::TaskKind;
 
 /// The lease TTL a grant or renewal of this kind promises (`None`: the task
@@ -52,6 +52,18 @@ pub fn retry_from_ms(p: &Promises, failed_ms: u64, previous_due_ms: u64) -> u64 
         Backoff::Doubling { .. } => failed_ms,
         Backoff::Exponential { .. } => failed_ms.max(previous_due_ms),
     }
+}
+
+/// The earliest a failed task may be granted again, by the policy: the
+/// backoff of its `n`-th failure from the failure's time (its commit, or
+/// the statement's start where the store's clock is read then), or from the
+/// previous due time where the policy counts from the later of the two.
+pub fn retry_due_ms(p: &Promises, f: &crate::view::Failure) -> u64 {
+    let at = match p.statement_time {
+        StatementTime::Commit => f.committed_ms,
+        StatementTime::Start => f.started_ms,
+    };
+    retry_from_ms(p, at, f.previous_due_ms) + backoff_ms(p, f.retries)
 }
 
 /// Does a failure that brings a task to `retries` failures (with a fatal

@@ -10,6 +10,7 @@
 use super::{answer, fact, promise, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::op::{Op, Response};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
 use std::collections::BTreeMap;
 
@@ -106,6 +107,10 @@ impl Checker for QueryTruth {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.indexes
     }
 }
 

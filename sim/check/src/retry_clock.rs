@@ -37,11 +37,11 @@ impl RetryClock {
             let Some(fence) = granted(change) else { continue };
             self.evaluations += 1;
             let Some(t) = ctx.view.task(fence.task) else { continue };
-            let (earliest, why) = match t.last_failure {
-                Some((failed_ms, n)) => {
-                    let at = failed_ms + promise::backoff_ms(ctx.promises(), n);
-                    (at, format!("failure {n} committed at {failed_ms} ms + backoff"))
-                }
+            let (earliest, why) = match &t.last_failure {
+                Some(f) => (
+                    promise::retry_due_ms(ctx.promises(), f),
+                    format!("failure {} committed at {} ms + backoff", f.retries, f.committed_ms),
+                ),
                 None => (0, String::new()),
             };
             let (earliest, why) = if t.row.spec.not_before_ms > earliest {

@@ -11,6 +11,7 @@ use super::{fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Owner;
 use leasesim_vocab::op::Op;
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::MaintenanceKind;
 use leasesim_vocab::testimony::Event;
 use leasesim_vocab::truth::{Fact, Sender};
@@ -129,6 +130,10 @@ impl Checker for SingleFlight {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.maintenance && caps.testimony
     }
 }
 

@@ -8,6 +8,7 @@
 use super::{commit, fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::StageRef;
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::truth::Fact;
 
 pub const NAME: &str = "stage-order";
@@ -117,6 +118,10 @@ impl Checker for StageOrder {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.pipelines
     }
 }
 

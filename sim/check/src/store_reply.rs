@@ -14,6 +14,7 @@ use super::{answer, Answer, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, Owner, StageRef, TaskId};
 use leasesim_vocab::op::{Grant, Op, Refusal, Response};
+use leasesim_vocab::promise::ClaimOrder;
 use leasesim_vocab::task::{Row, TaskKind, TaskSpec, TaskState};
 use leasesim_vocab::truth::{Commit, TaskChange};
 
@@ -82,7 +83,7 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
         }
     }
     match &a.request.request {
-        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } if !j.c.is_empty() => {
+        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } | Op::Deregister { .. } if !j.c.is_empty() => {
             Some("a read changed the store".into())
         }
         Op::LeaseValid { fence } => j.lease_valid(fence),
@@ -100,7 +101,7 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
         | Op::ReturnOwn { .. } => j.recovery(),
         Op::CreatePipeline { pipeline, stages } => j.create_pipeline(*pipeline, *stages),
         Op::Maintain { .. } => j.maintain(),
-        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } => None,
+        Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } | Op::Deregister { .. } => None,
         Op::Rollback { .. } | Op::Commit { .. } => None,
         Op::Exec { .. } => Some("a statement inside a statement".into()),
     }
@@ -183,21 +184,27 @@ impl Judge<'_> {
     /// as asked for or as are due: no task is passed over for a later one,
     /// and none is left behind while the claim had room.
     fn claim_order(&self, max: u32) -> Option<String> {
-        let mut due: Vec<(u64, TaskId)> = self
-            .ctx
-            .view
+        let view = &self.ctx.view;
+        // A task in a named queue another task holds is not claimable now.
+        let mut due: Vec<(u64, TaskId)> = view
             .ready
             .iter()
-            .filter_map(|&id| self.ctx.view.task(id).map(|t| &t.row))
-            .filter(|row| row.state == TaskState::Ready && row.retry_at_ms <= self.now)
+            .filter_map(|&id| view.task(id).map(|t| &t.row))
+            .filter(|row| row.state == TaskState::Ready && row.retry_at_ms <= self.now && !view.queue_held(row))
             .map(|row| (row.retry_at_ms, row.id))
             .collect();
         due.sort_unstable();
-        let mut expected: Vec<TaskId> = due.iter().take(max as usize).map(|&(_, id)| id).collect();
-        expected.sort_unstable();
         let mut granted: Vec<TaskId> = self.c.tasks.iter().map(|ch| ch.after.id).collect();
         granted.sort_unstable();
-        (granted != expected).then(|| {
+        let ok = match self.ctx.promises().claim_order {
+            ClaimOrder::DueThenId => {
+                let mut expected: Vec<TaskId> = due.iter().take(max as usize).map(|&(_, id)| id).collect();
+                expected.sort_unstable();
+                granted == expected
+            }
+            ClaimOrder::Due => self.due_order_kept(&due, &granted, max),
+        };
+        (!ok).then(|| {
             let first: Vec<String> = due.iter().take(max as usize + 2).map(|(at, id)| format!("t{id}@{at}")).collect();
             format!(
                 "a claim for at most {max} at {} ms granted {granted:?}, but the first due tasks by (retry time, id) were [{}] ({} due)",
@@ -206,6 +213,19 @@ impl Judge<'_> {
                 due.len()
             )
         })
+    }
+
+    /// Under [`ClaimOrder::Due`]: as many as asked for or as are due, every
+    /// granted task due, and none passed over for one due later (ties by
+    /// due time in any order).
+    fn due_order_kept(&self, due: &[(u64, TaskId)], granted: &[TaskId], max: u32) -> bool {
+        let want = due.len().min(max as usize);
+        let at = |id: &TaskId| due.iter().find(|(_, d)| d == id).map(|(at, _)| *at);
+        let Some(latest) = granted.iter().map(at).collect::<Option<Vec<u64>>>().map(|a| a.into_iter().max()) else {
+            return false;
+        };
+        let passed_over = latest.is_some_and(|l| due.iter().any(|(at, id)| *at < l && !granted.contains(id)));
+        granted.len() == want && !passed_over
     }
 
     fn renew(&self, fence: &Fence) -> Option<String> {
@@ -303,6 +323,11 @@ impl Judge<'_> {
     /// Release-dead, reclaim-expired, repair and release-orphans.
     fn recovery(&self) -> Option<String> {
         let (c, resp, request) = (self.c, self.resp, &self.a.request.request);
+        // A pass inside a transaction that spans round trips: what it
+        // released shows at its COMMIT, not in this answer's commit.
+        if matches!(self.a.request.txn, Some((_, false))) {
+            return None;
+        }
         // A release named by its owners may answer without a count (a
         // statement that returns nothing); every other pass counts.
         let named = matches!(request, Op::ReleaseOwners { .. } | Op::ReturnOwn { .. });

@@ -14,6 +14,7 @@ use super::{granted, Checker, Ctx, Violation};
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::{Fence, IndexId, Owner, StageRef, TaskId};
 use leasesim_vocab::op::{Op, Response};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskState;
 use leasesim_vocab::testimony::{Event, WriteKind};
 use leasesim_vocab::truth::{Commit, Fact};
@@ -241,6 +242,10 @@ impl Checker for Testimony {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.testimony
     }
 }
 

@@ -54,6 +54,8 @@ pub fn promises() -> Promises {
         maintenance_interval_ms: 5_000,
         txn_timeout_ms: 30_000,
         recovery_delay_ms: 0,
+        claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
+        statement_time: leasesim_vocab::promise::StatementTime::Commit,
     }
 }
 
@@ -74,6 +76,15 @@ pub fn spec() -> Spec {
             fresh_index_after_heal_ms: Some(1_000),
         },
     }
+}
+
+/// [`spec`] of an engine that releases nothing of a dead holder's (no
+/// leases, no heartbeat recovery).
+pub fn spec_without_recovery() -> Spec {
+    let mut s = spec();
+    s.caps.leases = false;
+    s.caps.heartbeats = false;
+    s
 }
 
 pub fn o(proc: ProcId, incarnation: u32) -> Owner {

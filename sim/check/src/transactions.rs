@@ -24,6 +24,7 @@ use super::{answer, commit, fact, Answer, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::truth::{Commit, Fact, TxnSend};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -220,6 +221,10 @@ impl Checker for Transactions {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.transactions
     }
 }
 

@@ -15,7 +15,7 @@ use leasesim_vocab::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, Task
 use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::task::StageRow;
 use leasesim_vocab::task::TaskError;
-use leasesim_vocab::task::{Row, TaskKind, TaskState};
+use leasesim_vocab::task::{QueueId, QueueRow, Row, TaskKind, TaskState};
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Commit, Fact, Reply, Sender};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,8 +28,8 @@ pub struct TaskView {
     pub created_by: Option<u64>,
     /// When it last became ready (created, released or failed and retried).
     pub ready_since_ms: u64,
-    /// Commit time of its last failure, and the failures spent by then.
-    pub last_failure: Option<(u64, u32)>,
+    /// Its last failure, as the store seam saw it.
+    pub last_failure: Option<Failure>,
 }
 
 impl TaskView {
@@ -75,6 +75,18 @@ pub fn holder(row: &Row) -> String {
         (TaskState::Done, _) => "the task is done".to_string(),
         (TaskState::Dead, _) => "the task is dead".to_string(),
     }
+}
+
+/// A failure of a task, as the store seam saw it: when its statement
+/// committed and when the store took it (its `now()` if the store reads
+/// its clock at a statement's start), the failures spent by then, and when
+/// the task was due before it (a job queue counts backoff from that too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    pub committed_ms: u64,
+    pub started_ms: u64,
+    pub retries: u32,
+    pub previous_due_ms: u64,
 }
 
 /// One worker process incarnation.
@@ -250,6 +262,13 @@ pub struct View {
     /// Transactions that ended without a commit or rollback of their own,
     /// and how, in the order they ended (for coverage and messages).
     pub abandoned: Vec<(TxnId, TxnEnd)>,
+    /// Named queues' lock rows, as the store last committed them.
+    pub queues: BTreeMap<QueueId, QueueRow>,
+    /// Queues held now by a holder that runs one of their tasks: their
+    /// other tasks wait by design (a queue runs one task at a time).
+    pub queues_busy: BTreeSet<QueueId>,
+    /// When each queue last stopped being busy so.
+    pub queue_free_since: BTreeMap<QueueId, u64>,
 }
 
 impl View {
@@ -389,6 +408,22 @@ impl View {
         if !self.txns.contains_key(&txn) && !self.txn_ended.contains(&txn) {
             self.txns.insert(txn, TxnView { opened_ms: self.now_ms, locks: BTreeSet::new() });
         }
+        // A recovery statement inside the transaction locks every row it
+        // releases: those of the owners it names (visible at its COMMIT).
+        if let (Op::ReleaseOwners { owners, .. }, Response::Released { .. } | Response::Rows { .. }) =
+            (&r.request, response)
+        {
+            let held: Vec<TaskId> = self
+                .leased
+                .iter()
+                .copied()
+                .filter(|id| self.tasks.get(id).and_then(|t| t.row.owner).is_some_and(|o| owners.contains(&o)))
+                .collect();
+            if let Some(t) = self.txns.get_mut(&txn) {
+                t.locks.extend(held);
+            }
+            return;
+        }
         let fence = match &r.request {
             Op::LeaseValid { fence } | Op::Complete { fence } | Op::Fail { fence, .. } => fence,
             Op::ClearStageLink { fence } => fence,
@@ -508,7 +543,7 @@ impl View {
                     self.answer_reached(&r, now, response.as_ref());
                 }
             }
-            Fact::Drift { commit } => self.apply_commit(now, None, None, commit),
+            Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now),
             Fact::BodyStarted { fence, kind, on } => {
                 let body =
                     BodyView { on: *on, kind: *kind, started_ms: now, ended_ms: None, error: None, stopped: false };
@@ -561,7 +596,7 @@ impl View {
 
     fn apply_answer(&mut self, now: u64, req: u64, response: &Response, commit: &Commit, reply: Reply) {
         let Some(mut r) = self.requests.remove(&req) else {
-            self.apply_commit(now, Some(req), None, commit);
+            self.apply_commit(now, Some(req), None, commit, now);
             return;
         };
         if let (Op::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
@@ -575,7 +610,8 @@ impl View {
             Op::Complete { fence } => Some(fence.task),
             _ => None,
         };
-        self.apply_commit(now, Some(req), completed_by, commit);
+        let started = r.handed_ms.unwrap_or(r.arrived_ms);
+        self.apply_commit(now, Some(req), completed_by, commit, started);
         if let (Op::Enqueue { key: Some(key), .. }, Response::Enqueued { task }) = (&r.request, response) {
             self.enqueue_keys.entry(*key).or_insert(*task);
         }
@@ -631,7 +667,8 @@ impl View {
             | Op::Commit { .. }
             | Op::ReleaseOwners { .. }
             | Op::ReturnOwn { .. }
-            | Op::Other { .. } => None,
+            | Op::Other { .. }
+            | Op::Deregister { .. } => None,
         };
         if let (Some(fence), Some(o)) = (fence, self.owners.get_mut(&owner)) {
             o.finalizing.remove(&fence);
@@ -639,7 +676,14 @@ impl View {
     }
 
     /// The store's rows change as `commit` (of request `req`) says.
-    fn apply_commit(&mut self, now: u64, req: Option<u64>, completed_by: Option<TaskId>, commit: &Commit) {
+    fn apply_commit(
+        &mut self,
+        now: u64,
+        req: Option<u64>,
+        completed_by: Option<TaskId>,
+        commit: &Commit,
+        started_ms: u64,
+    ) {
         for change in &commit.tasks {
             let after = &change.after;
             let id = after.id;
@@ -660,7 +704,12 @@ impl View {
                         t.ready_since_ms = now;
                     }
                     if after.retries > before.retries {
-                        t.last_failure = Some((now, after.retries));
+                        t.last_failure = Some(Failure {
+                            committed_ms: now,
+                            started_ms,
+                            retries: after.retries,
+                            previous_due_ms: before.retry_at_ms,
+                        });
                     }
                 }
             }
@@ -691,6 +740,37 @@ impl View {
         for index in &commit.materialized {
             self.materialized.entry(*index).or_insert((now, completed_by));
         }
+        for change in &commit.queues {
+            self.queues.insert(change.queue, change.after.clone());
+        }
+        let touched = !commit.tasks.is_empty() || !commit.queues.is_empty();
+        if touched && !self.queues.is_empty() {
+            self.note_busy_queues(now);
+        }
+    }
+
+    /// Which queues are busy by design now: held by a holder that holds a
+    /// task of the queue. A queue held by nobody running one of its tasks
+    /// (a leaked lock) is not: its tasks wait for no reason.
+    fn note_busy_queues(&mut self, now: u64) {
+        let mut busy = BTreeSet::new();
+        for id in &self.leased {
+            let Some(t) = self.tasks.get(id) else { continue };
+            let (Some(q), Some(owner)) = (t.row.spec.queue, t.row.owner) else { continue };
+            if self.queues.get(&q).is_some_and(|r| r.holder == Some(owner)) {
+                busy.insert(q);
+            }
+        }
+        for q in self.queues_busy.difference(&busy) {
+            self.queue_free_since.insert(*q, now);
+        }
+        self.queues_busy = busy;
+    }
+
+    /// Is `row`'s named queue held by another of its tasks (so it cannot
+    /// be claimed now)?
+    pub fn queue_held(&self, row: &Row) -> bool {
+        row.spec.queue.is_some_and(|q| self.queues.get(&q).is_some_and(|r| r.holder.is_some()))
     }
 }
 

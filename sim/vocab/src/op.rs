@@ -65,6 +65,9 @@ pub enum Op {
     /// A request the harness has no concept for: a read, a setup statement,
     /// the engine's own bookkeeping. It must change no task row.
     Other { what: String, by: Option<Owner> },
+    /// The owner announces it is leaving (a graceful shutdown): from here on
+    /// it keeps nothing alive.
+    Deregister { owner: Owner },
 }
 
 impl Op {
@@ -96,6 +99,7 @@ impl Op {
             Op::ReleaseOwners { .. } => "release-owners",
             Op::ReturnOwn { .. } => "return-own",
             Op::Other { .. } => "other",
+            Op::Deregister { .. } => "deregister",
         }
     }
 
@@ -152,7 +156,8 @@ impl Op {
             | Op::Heartbeat { owner }
             | Op::ReleaseOrphans { owner, .. }
             | Op::Maintain { owner, .. }
-            | Op::ReturnOwn { owner, .. } => Some(*owner),
+            | Op::ReturnOwn { owner, .. }
+            | Op::Deregister { owner } => Some(*owner),
             Op::ReleaseDead { by }
             | Op::ReclaimExpired { by }
             | Op::Repair { by }

@@ -77,6 +77,31 @@ pub struct Promises {
     pub txn_timeout_ms: u64,
     /// A task released by recovery is not due again before this much later.
     pub recovery_delay_ms: u64,
+    /// In which order a claim takes the due tasks it may take.
+    pub claim_order: ClaimOrder,
+    /// When the store reads its clock for a statement (its `now()`).
+    pub statement_time: StatementTime,
+}
+
+/// When the store reads its clock for what a statement writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StatementTime {
+    /// When it applies (commits).
+    Commit,
+    /// When it starts (PostgreSQL's `now()`: the transaction's start, so a
+    /// statement that waited for a lock writes the time it began).
+    Start,
+}
+
+/// The order a claim takes due tasks in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimOrder {
+    /// By due time, then id: exactly the first ones.
+    DueThenId,
+    /// By due time; among tasks due at the same instant, any.
+    Due,
 }
 
 /// What an engine can do. An invariant or coverage point about something

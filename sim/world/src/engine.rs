@@ -26,6 +26,7 @@ use crate::world::link::Link;
 use crate::world::sim_clock::{SimClock, SimTime};
 use crate::world::workload::Action;
 use crate::world::{WorldResult, WorldSpec};
+use leasesim_vocab::faults::FaultKind;
 use leasesim_vocab::ids::{Owner, ProcId, StageRef, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::promise::{Capabilities, Promises};
@@ -54,8 +55,18 @@ pub trait EngineUnderTest: Send + Sync + Sized + 'static {
     /// bookkeeping of one world.
     fn start(&self, world: &StoreWorld) -> (Arc<Self::Store>, Self::Shared);
 
-    /// Runs one incarnation of worker process `w.owner` until it is killed.
+    /// Runs one incarnation of worker process `w.owner` until it is killed,
+    /// or until it exits (the future completes: its engine gave up, as a
+    /// process whose `main` returns an error). An exited process is
+    /// restarted as a new incarnation after [`Self::restart_delay_ms`], as
+    /// a supervisor would restart it.
     fn run_worker(&self, w: WorkerWorld<Self>) -> BoxFuture<'static, ()>;
+
+    /// How long a process that exited stays down before its supervisor
+    /// starts it again.
+    fn restart_delay_ms(&self) -> u64 {
+        1_000
+    }
 
     /// One call of the application's client (its answer is recorded by the
     /// world at the client seam).
@@ -73,10 +84,12 @@ pub trait StoreSeam<E: EngineUnderTest>: Send + Sync + 'static {
     /// The answer to the request classified as `op`, in the harness's words.
     fn normalize(&self, op: &Op, resp: &E::Response) -> Response;
 
-    /// How the store answers a request that a fault refused (a
-    /// serialization failure, a timeout, a lock wait given up): nothing of
-    /// it applied.
-    fn refuse(&self, op: &Op, why: Refusal) -> E::Response;
+    /// How the store answers a request that the harness refused for it
+    /// (`fault`: the fault that did; `None`: the request's own statement
+    /// timeout), nothing of it applied: the answer that store gives in that
+    /// situation (a SQL store's SQLSTATE for a serialization failure, a
+    /// statement timeout...). `why` is the harness's name for the situation.
+    fn refuse(&self, op: &Op, why: Refusal, fault: Option<FaultKind>) -> E::Response;
 
     /// Serves one request: the engine's store applies it, waiting for row
     /// locks or holding it open as the store does.

@@ -242,6 +242,11 @@ pub struct Workload {
     pub after_heal_window_ms: u64,
     pub after_heal_index_builds: u32,
     pub after_heal_jobs: u32,
+    /// Named queues jobs are spread over (0: none): each job lands in one,
+    /// drawn uniformly, with chance `queue_rate`; a queue runs one job at a
+    /// time (engines with named queues only).
+    pub queues: u32,
+    pub queue_rate: f64,
 }
 
 /// One scripted enqueue.
@@ -288,6 +293,8 @@ impl Default for Workload {
             after_heal_window_ms: 0,
             after_heal_index_builds: 0,
             after_heal_jobs: 0,
+            queues: 0,
+            queue_rate: 0.5,
         }
     }
 }
@@ -423,6 +430,7 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         ("job_fail_rate", w.job_fail_rate),
         ("fatal_rate", w.fatal_rate),
         ("long_work_rate", w.long_work_rate),
+        ("queue_rate", w.queue_rate),
     ];
     for (field, rate) in rates {
         if !(0.0..=1.0).contains(&rate) {
@@ -491,6 +499,9 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
         }
     }
+    if w.queues > 0 && !s.engine.get().capabilities().named_queues {
+        return Err(format!("workload.queues: engine '{}' has no named queues", s.engine.get().name()));
+    }
     // Relations between the engine's configuration and this world (index
     // builds need an index pass, ...), and what it cannot do at all.
     s.engine.get().validate(s)?;
@@ -529,6 +540,7 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
         ("workload.after_heal_window_ms", w.after_heal_window_ms, SPAN_MS),
         ("workload.after_heal_index_builds", w.after_heal_index_builds as u64, TASKS),
         ("workload.after_heal_jobs", w.after_heal_jobs as u64, TASKS),
+        ("workload.queues", w.queues as u64, PER_GROUP),
         ("phases.fault_phase_ms", p.fault_phase_ms, PHASE_MS),
         ("phases.heal_phase_ms", p.heal_phase_ms, PHASE_MS),
         ("bounds.claim_bound_ms", b.claim_bound_ms, BOUND_MS),

@@ -311,5 +311,7 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         txn_timeout_ms: cfg.txn_timeout_ms,
         // Released tasks are due again at once.
         recovery_delay_ms: 0,
+        claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
+        statement_time: leasesim_vocab::promise::StatementTime::Commit,
     }
 }

@@ -186,13 +186,14 @@ impl StoreSeam<Builtin> for BuiltinStore {
         convert::response(resp)
     }
 
-    fn refuse(&self, _op: &Op, why: Refusal) -> Response {
-        // The built-in protocol answers every abort as a conflict (retry it)
-        // and a statement timeout as one.
-        let reason = match why {
-            Refusal::TimedOut => Rejection::TimedOut,
-            Refusal::TxnClosed => Rejection::TxnClosed,
-            _ => Rejection::Conflict,
+    fn refuse(&self, _op: &Op, why: Refusal, fault: Option<leasesim_vocab::faults::FaultKind>) -> Response {
+        // The built-in protocol answers every transaction a fault aborted as
+        // a conflict (retry it), and a statement's own timeout as one.
+        let reason = match (fault, why) {
+            (Some(_), _) => Rejection::Conflict,
+            (None, Refusal::TimedOut) => Rejection::TimedOut,
+            (None, Refusal::TxnClosed) => Rejection::TxnClosed,
+            (None, _) => Rejection::Conflict,
         };
         Response::Rejected { reason }
     }
@@ -242,7 +243,8 @@ impl Engine for Builtin {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        // Everything the harness knows but named queues.
+        Capabilities { named_queues: false, ..Capabilities::ALL }
     }
 
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {

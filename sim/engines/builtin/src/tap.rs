@@ -79,9 +79,11 @@ impl Scope {
                 Scope { tasks: Rows::One(fence.task), stages: StageRows::OfTask(fence.task), materialized: true }
             }
             Op::Maintain { .. } => Scope { materialized: true, ..Scope::NOTHING },
-            Op::Heartbeat { .. } | Op::PipelineSnapshot { .. } | Op::QueryIndex { .. } | Op::Other { .. } => {
-                Scope::NOTHING
-            }
+            Op::Heartbeat { .. }
+            | Op::PipelineSnapshot { .. }
+            | Op::QueryIndex { .. }
+            | Op::Other { .. }
+            | Op::Deregister { .. } => Scope::NOTHING,
             // A statement that commits writes whatever its transaction
             // wrote; a rollback must write nothing (both are looked at whole).
             Op::Exec { commit: true, .. } | Op::Rollback { .. } | Op::Commit { .. } => Scope::ALL,

@@ -76,6 +76,22 @@ impl Controller {
         true
     }
 
+    /// The process exited on its own (its worker future returned): it is
+    /// gone as a killed one is, recorded so. Returns false if it was
+    /// already down.
+    pub fn exited(&self, proc: ProcId) -> bool {
+        let mut procs = self.procs.lock().expect("procs");
+        let Some(p) = procs.get_mut(&proc) else {
+            return false;
+        };
+        if p.state == ProcState::Down {
+            return false;
+        }
+        p.state = ProcState::Down;
+        self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
+        true
+    }
+
     /// Restarts a dead process: its init runs again as a new incarnation.
     pub fn restart(&self, proc: ProcId) {
         let node = {

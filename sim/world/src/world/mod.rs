@@ -311,7 +311,15 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
                 peers: peers.clone(),
                 shared: shared.clone(),
             };
-            engine.run_worker(w)
+            let (process, control, delay_ms) = (engine.run_worker(w), control.clone(), engine.restart_delay_ms());
+            async move {
+                process.await;
+                // The process exited on its own: its supervisor starts it again.
+                if control.exited(proc) {
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    control.restart(proc);
+                }
+            }
         })
         .build();
     p.control.add_worker(proc, node.id(), incarnation);

@@ -21,7 +21,7 @@ use crate::engine::{EngineUnderTest, StoreSeam};
 use crate::faults::FaultKind;
 use crate::history::Recorder;
 use crate::truth::{Commit, Fact, Reply, Sender};
-use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::op::{Op, Refusal};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,8 +183,10 @@ impl<E: EngineUnderTest> StoreNode<E> {
             // A duplicate's refusal reaches nobody, but it was refused (and
             // a statement's transaction aborted with it).
             Front::Refused(reason, fault) => {
-                self.rec.fact(Fact::Refused { req: id, response: Response::Rejected { reason }, fault });
-                return (!duplicate).then(|| self.seam.refuse(op, reason));
+                let resp = self.seam.refuse(op, reason, fault);
+                // What the store answered, in the harness's words.
+                self.rec.fact(Fact::Refused { req: id, response: self.seam.normalize(op, &resp), fault });
+                return (!duplicate).then_some(resp);
             }
             Front::Answered(resp, after) => (resp, after),
         };
@@ -283,7 +285,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
                 f.inject(FaultKind::TxnTimeout, format!("{name} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
                 self.abort(op);
-                return Some(Front::Refused(Refusal::Conflict, Some(FaultKind::TxnTimeout)));
+                return Some(Front::Refused(Refusal::TimedOut, Some(FaultKind::TxnTimeout)));
             }
         }
         if changes_rows(op) && f.roll(FaultKind::SerializationFailure).is_some() {

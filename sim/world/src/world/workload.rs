@@ -78,6 +78,16 @@ pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
         let t = late_at(&mut rng);
         out.push((t, Action::Enqueue(spec(TaskKind::Job, None, None, 0))));
     }
+    // Drawn after everything else, so that worlds without queues replay as before.
+    if w.queues > 0 {
+        for (_, action) in out.iter_mut() {
+            if let Action::Enqueue(spec) = action {
+                if spec.kind == TaskKind::Job && rng.gen_bool(w.queue_rate) {
+                    spec.queue = Some(rng.gen_range(1..=w.queues));
+                }
+            }
+        }
+    }
     out.sort_by_key(|(t, _)| *t);
     out
 }
