@@ -154,8 +154,13 @@ pub struct Summary {
     pub coverage: BTreeMap<String, u64>,
     /// Per coverage point reached: the first seed (in campaign order) that did.
     pub coverage_first_seed: BTreeMap<String, u64>,
-    /// The coverage points no run reached.
+    /// The coverage points no run reached (of those some run's engine can).
     pub never_reached: Vec<String>,
+    /// Invariants and coverage points that applied to no run's engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_applicable: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage_not_applicable: Vec<String>,
     /// Per scenario: required coverage points it never reached (judged only
     /// once the scenario ran its `min_seeds`).
     pub coverage_missing: BTreeMap<String, Vec<String>>,
@@ -273,6 +278,8 @@ pub struct Tally {
     runs: u64,
     /// The trace digest of the runs folded so far.
     digest: crate::history::Fnv64,
+    /// What applied to no run folded so far (`None`: no run yet).
+    not_applicable: Option<(BTreeSet<String>, BTreeSet<String>)>,
 }
 
 impl Tally {
@@ -310,6 +317,12 @@ impl Tally {
             let seen = self.per_scenario.entry(spec.scenario.name.clone()).or_default();
             seen.0 += 1;
             seen.1.extend(o.coverage.iter().cloned());
+            let run: (BTreeSet<String>, BTreeSet<String>) =
+                (o.not_applicable.iter().cloned().collect(), o.coverage_not_applicable.iter().cloned().collect());
+            self.not_applicable = Some(match self.not_applicable.take() {
+                None => run,
+                Some((inv, cov)) => (&inv & &run.0, &cov & &run.1),
+            });
         }
         summary.seeds += 1;
         let trace = result.as_ref().map_or("no trace", |o| o.trace_hash.as_str());
@@ -332,7 +345,11 @@ impl Tally {
         }
         summary.seeds_run.sort_unstable();
         summary.seeds_run.dedup();
-        summary.never_reached = summary.coverage.iter().filter(|(_, n)| **n == 0).map(|(k, _)| k.clone()).collect();
+        let (na_inv, na_cov) = self.not_applicable.clone().unwrap_or_default();
+        summary.not_applicable = na_inv.iter().cloned().collect();
+        summary.coverage_not_applicable = na_cov.iter().cloned().collect();
+        summary.never_reached =
+            summary.coverage.iter().filter(|(k, n)| **n == 0 && !na_cov.contains(*k)).map(|(k, _)| k.clone()).collect();
         for target in targets {
             let need = &target.scenario.coverage;
             let (runs, seen) = self.per_scenario.get(&target.scenario.name).cloned().unwrap_or_default();
@@ -343,7 +360,7 @@ impl Tally {
         }
         summary.never_evaluated = crate::check::invariants()
             .into_iter()
-            .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0)
+            .filter(|(name, _)| summary.checks.get(*name).copied().unwrap_or(0) == 0 && !na_inv.contains(*name))
             .map(|(name, _)| name.to_string())
             .collect();
         summary.trace_digest = format!("{:016x}", self.digest.finish());

@@ -13,6 +13,7 @@ use leasesim_vocab::faults::FaultKind;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskError;
 use leasesim_vocab::task::{TaskKind, TaskState};
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
@@ -100,6 +101,43 @@ points! {
     LOCK_WAIT = "lock-wait": "a request reached the store while another open transaction held a lock on the row it writes, and had to wait";
     TXN_ABANDONED = "transaction-abandoned": "a transaction was left open by its client (killed, paused, cut off, its answer lost) until the store ended it";
     EXPIRED_LOCKED = "expired-lease-locked": "a lease ran out while an open transaction held its row: recovery had to skip the row until the transaction ended";
+    STALE_OUTCOME = "stale-outcome-arrived": "a completion or failure from an attempt that no longer held its task reached the store (whatever the store then did with it)";
+    QUEUE_WAIT = "queued-task-behind-running-one": "a task of a named queue was due while another task of that queue ran";
+    EXIT_HOLDING = "worker-exited-holding-tasks": "a worker process exited on its own (not killed) while it held tasks";
+}
+
+/// Does `point` name something an engine with these capabilities can do?
+/// A point that cannot be reached by the engine is reported not applicable.
+pub fn applies(point: &str, caps: &Capabilities) -> bool {
+    match point {
+        "stale-complete-rejected" | "stale-fail-rejected" => caps.outcome_answers,
+        "stale-stage-write-rejected" | "stage-enqueue-refused" => caps.pipelines && caps.outcome_answers,
+        "stale-renew-rejected"
+        | "stale-lease-check"
+        | "lease-check-after-expiry"
+        | "lease-expired-while-running"
+        | "renewal-saved-long-execution"
+        | "execution-outlived-lease-ttl"
+        | "renewal-rejected" => caps.leases,
+        "clock-skew-against-lease" => caps.leases && caps.clock_seam,
+        "long-poll-granted-to-absent-owner" => caps.long_polls,
+        "repair-beside-healthy-lease" | "repair-at-expiry-ms" => caps.groups,
+        "dead-owner-task-released" | "dead-owner-released-while-paused" => caps.heartbeats,
+        "orphan-released" | "same-owner-reclaim" => caps.orphan_recovery,
+        "maintenance-pass-overdue" => caps.maintenance,
+        "note-before-retry-time" => caps.peer_notes,
+        "fatal-failure" => caps.fatal_errors,
+        "query-answered-by-lag-timeout" | "fresh-index-queried-after-heal" => caps.indexes,
+        "transaction-timed-out"
+        | "statement-after-transaction-closed"
+        | "lock-wait"
+        | "transaction-abandoned"
+        | "serialization-failure-retried" => caps.transactions,
+        "expired-lease-locked" => caps.transactions && caps.leases,
+        "duplicate-write-absorbed" => caps.redelivery,
+        "queued-task-behind-running-one" => caps.named_queues,
+        _ => true,
+    }
 }
 
 /// How many refused requests coverage remembers, waiting for their retry.
@@ -126,6 +164,8 @@ pub struct Coverage {
     /// The latest requests a serialization failure refused (at most
     /// `REFUSED_KEPT`, oldest first).
     serialization_refused: std::collections::VecDeque<(Sender, Op)>,
+    /// Processes a fault is killing (its record comes right before the kill).
+    killed_by_fault: BTreeSet<u32>,
 }
 
 impl Coverage {
@@ -184,6 +224,20 @@ impl Coverage {
             if ctx.view.busy(*owner, now) > 0 {
                 self.hit(KILLED_RUNNING);
             }
+            // Killed by the harness (a fault records itself first), or gone
+            // of its own accord.
+            let holds =
+                ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
+            if holds && !self.killed_by_fault.remove(&owner.proc) {
+                self.hit(EXIT_HOLDING);
+            }
+        }
+        if let Entry::World(WorldEvent::Fault { detail, .. }) = &rec.entry {
+            if let Some(proc) =
+                detail.strip_prefix('p').and_then(|d| d.strip_suffix(" killed")).and_then(|p| p.parse().ok())
+            {
+                self.killed_by_fault.insert(proc);
+            }
         }
     }
 
@@ -208,6 +262,16 @@ impl Coverage {
             });
         if overdue {
             self.hit(MAINTENANCE_OVERDUE);
+        }
+        if self.open(QUEUE_WAIT) && !v.queues_busy.is_empty() {
+            let waiting = v
+                .ready
+                .iter()
+                .filter_map(|id| v.task(*id))
+                .any(|t| t.row.retry_at_ms <= now && t.row.spec.queue.is_some_and(|q| v.queues_busy.contains(&q)));
+            if waiting {
+                self.hit(QUEUE_WAIT);
+            }
         }
     }
 
@@ -254,6 +318,11 @@ impl Coverage {
         let was_granted = |f: &Fence| v.grants.contains_key(f);
         let stale = |f: &Fence| was_granted(f) && v.task(f.task).is_some_and(|t| !t.held_by(f));
         let refused = matches!(a.response, Response::Rejected { .. });
+        if let Op::Complete { fence } | Op::Fail { fence, .. } = &a.request.request {
+            if stale(fence) {
+                self.hit(STALE_OUTCOME);
+            }
+        }
         match &a.request.request {
             Op::Complete { fence } if refused && stale(fence) => {
                 self.hit(STALE_COMPLETE);
@@ -388,7 +457,7 @@ impl Coverage {
             }
             _ => {}
         }
-        if before.lease_expiry_ms.is_none() && !matches!(op, Some(Op::ReleaseOrphans { .. })) {
+        if before.lease_expiry_ms.is_none() && !matches!(op, Some(Op::ReleaseOrphans { .. } | Op::ReturnOwn { .. })) {
             self.hit(DEAD_OWNER_RELEASED);
             if v.procs.get(&holder.owner.proc).is_some_and(|p| p.paused_now()) && v.killed(holder.owner).is_none() {
                 self.hit(ZOMBIE_RELEASED);

@@ -115,6 +115,9 @@ pub struct Report {
     /// something it cannot do).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub not_applicable: BTreeSet<String>,
+    /// Coverage points the engine cannot reach.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub coverage_not_applicable: BTreeSet<String>,
 }
 
 /// What the checkers hold a run to: the engine's declared promises and
@@ -194,6 +197,11 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
     ]
 }
 
+/// The invariants that apply to an engine with these capabilities.
+pub fn applicable(caps: &Capabilities) -> Vec<&'static str> {
+    checkers().iter().filter(|c| c.applies(caps)).map(|c| c.name()).collect()
+}
+
 /// Every invariant: stable name and one-line description (`cargo sim list`).
 pub fn invariants() -> Vec<(&'static str, &'static str)> {
     checkers().iter().map(|c| (c.name(), c.about())).collect()
@@ -241,7 +249,12 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
     let checks = checkers.iter().map(|c| (c.name().to_string(), c.evaluations())).collect();
     let coverage = coverage.reached().iter().map(|p| p.to_string()).collect();
     let not_applicable = not_applicable.iter().map(|c| c.name().to_string()).collect();
-    Report { violations: sink.kept, checks, coverage, not_applicable }
+    let coverage_not_applicable = coverage::POINTS
+        .iter()
+        .filter(|p| !coverage::applies(p.name, &spec.caps))
+        .map(|p| p.name.to_string())
+        .collect();
+    Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable }
 }
 
 // ---------------------------------------------------------------------------

@@ -320,9 +320,14 @@ pub fn exit_code(summary: &Summary) -> i32 {
 /// the first seed that did; then what was never reached, and what a
 /// scenario requires but did not get.
 pub fn print_coverage(s: &Summary) {
-    eprintln!("coverage ({} of {} points reached):", s.coverage.len() - s.never_reached.len(), s.coverage.len());
+    let applicable = s.coverage.len() - s.coverage_not_applicable.len();
+    eprintln!("coverage ({} of {applicable} points reached):", applicable - s.never_reached.len());
     eprintln!("  {:<36} {:>8} {:>12}", "point", "runs", "first seed");
     for (point, runs) in &s.coverage {
+        if s.coverage_not_applicable.contains(point) {
+            eprintln!("  {point:<36} {:>8} {:>12}", "n/a", "-");
+            continue;
+        }
         let first = s.coverage_first_seed.get(point).map_or("-".to_string(), |seed| seed.to_string());
         eprintln!("  {point:<36} {runs:>8} {first:>12}");
     }
@@ -371,6 +376,9 @@ pub fn print_summary(s: &Summary) {
     let checks: Vec<String> = s.checks.iter().map(|(k, n)| format!("{k}={n}")).collect();
     println!("checks: {}", checks.join(" "));
     println!("trace digest: {} (same campaign, same runs: same digest)", s.trace_digest);
+    if !s.not_applicable.is_empty() {
+        println!("not applicable (the engine cannot do what they judge): {}", s.not_applicable.join(" "));
+    }
     if !s.never_evaluated.is_empty() {
         println!("never evaluated (no run gave them anything to judge): {}", s.never_evaluated.join(" "));
     }

@@ -3,18 +3,16 @@
 use crate::check::invariants;
 use crate::faults::FaultKind;
 use crate::scenario;
-use leasesim::defects::Defect;
 
 pub fn run() -> Result<i32, String> {
     println!("scenarios:");
     for name in scenario::builtin_names() {
-        let description = scenario::resolve(&name).map(|l| l.scenario.description).unwrap_or_else(|e| e);
-        println!("  {name:<28} {description}");
+        let described = scenario::resolve(&name)
+            .map(|l| format!("[{}] {}", l.scenario.engine.get().name(), l.scenario.description))
+            .unwrap_or_else(|e| e);
+        println!("  {name:<28} {described}");
     }
-    println!("defects (off by default; --defect NAME):");
-    for d in Defect::ALL {
-        println!("  {:<28} {} [{}]", d.name(), d.description(), d.source());
-    }
+    engines();
     println!("fault kinds:");
     for k in FaultKind::ALL {
         println!("  {:<28} {}", k.name(), k.description());
@@ -28,4 +26,35 @@ pub fn run() -> Result<i32, String> {
         println!("  {:<36} {}", p.name, p.about);
     }
     Ok(0)
+}
+
+/// Every known engine: what it is, what it can do (with its default
+/// configuration), which invariants apply to it, and its defect switches.
+fn engines() {
+    println!("engines (a scenario's [engine] name):");
+    for adapter in crate::engine::known() {
+        println!("  {:<28} {}", adapter.name(), adapter.about());
+        let Ok(engine) = adapter.configure(&toml::Table::new()) else { continue };
+        let caps = engine.capabilities();
+        let can: Vec<&str> = caps.named().into_iter().filter(|(_, on)| *on).map(|(name, _)| name).collect();
+        let cannot: Vec<&str> = caps.named().into_iter().filter(|(_, on)| !*on).map(|(name, _)| name).collect();
+        println!("    can (defaults): {}", can.join(" "));
+        if !cannot.is_empty() {
+            println!("    cannot: {}", cannot.join(" "));
+        }
+        let applies = crate::check::applicable(&caps);
+        let not: Vec<&str> =
+            invariants().into_iter().map(|(name, _)| name).filter(|name| !applies.contains(name)).collect();
+        println!("    invariants that apply: {}", applies.join(" "));
+        if !not.is_empty() {
+            println!("    not applicable: {}", not.join(" "));
+        }
+        let switches = adapter.switches();
+        if switches.is_empty() {
+            println!("    defect switches: none");
+        }
+        for (name, about) in switches {
+            println!("    --defect {name:<26} {about}");
+        }
+    }
 }

@@ -139,6 +139,12 @@ pub struct Capabilities {
     pub callbacks: bool,
     /// A process's clock can be offset from the store's (its clock is a seam).
     pub clock_seam: bool,
+    /// The store may hold a claim open waiting for work (long polls).
+    pub long_polls: bool,
+    /// A task body may fail fatally (no retry).
+    pub fatal_errors: bool,
+    /// The network may deliver a request twice (datagrams; not a connection).
+    pub redelivery: bool,
 }
 
 impl Capabilities {
@@ -161,6 +167,9 @@ impl Capabilities {
         enqueue_keys: true,
         callbacks: true,
         clock_seam: true,
+        long_polls: true,
+        fatal_errors: true,
+        redelivery: true,
     };
 
     /// Every capability by name, for `cargo sim list` and messages.
@@ -183,6 +192,9 @@ impl Capabilities {
             ("enqueue-keys", self.enqueue_keys),
             ("callbacks", self.callbacks),
             ("clock-seam", self.clock_seam),
+            ("long-polls", self.long_polls),
+            ("fatal-errors", self.fatal_errors),
+            ("redelivery", self.redelivery),
         ]
     }
 }

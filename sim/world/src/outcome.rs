@@ -33,6 +33,9 @@ pub struct Outcome {
     /// something it cannot do): neither passed nor failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_applicable: Vec<String>,
+    /// Coverage points the engine cannot reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage_not_applicable: Vec<String>,
     /// The coverage points the run reached.
     #[serde(default)]
     pub coverage: Vec<String>,

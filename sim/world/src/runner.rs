@@ -243,6 +243,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
         leftover_permits: leftover_permits(&result.history),
         checks: report.checks,
         not_applicable: report.not_applicable.into_iter().collect(),
+        coverage_not_applicable: report.coverage_not_applicable.into_iter().collect(),
         coverage: report.coverage.into_iter().collect(),
         fault_counts: crate::outcome::fault_counts(&result.history),
         fault_plan: plan.events,

@@ -136,6 +136,10 @@ impl Engine for Graphile {
             // graphile reads the wall clock (chrono), which the simulator
             // keeps one for the whole world: no per-process offset.
             clock_seam: false,
+            long_polls: false,
+            fatal_errors: false,
+            // Statements travel on connections: never delivered twice.
+            redelivery: false,
         }
     }
 
