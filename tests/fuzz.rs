@@ -56,7 +56,7 @@ impl Knobs {
             (None, Some(n)) => (1, n.saturating_add(1)),
             (None, None) => (1, DEFAULT_SEEDS + 1),
         };
-        let builtin = scenario::builtin_names();
+        let builtin = scenario::builtin_engine_names();
         assert!(!builtin.is_empty(), "no built-in scenario in {}", scenario::builtin_dir().display());
         let scenarios = match var("LEASESIM_SCENARIO") {
             None => builtin,
@@ -156,7 +156,7 @@ mod knobs {
     fn defaults_and_values() {
         let all = read(&[]);
         assert_eq!(all.seeds, (1, DEFAULT_SEEDS + 1));
-        assert_eq!(all.scenarios, scenario::builtin_names());
+        assert_eq!(all.scenarios, scenario::builtin_engine_names());
         assert!(all.defects.is_empty());
         let one = read(&[
             ("LEASESIM_SEED", "42"),

@@ -49,6 +49,20 @@ pub mod scenario {
         leasesim_world::scenario::load(path)
     }
 
+    /// The built-in scenarios of the built-in engine (what `--scenario all`
+    /// runs), sorted.
+    pub fn builtin_engine_names() -> Vec<String> {
+        names_of_engine(crate::engine::DEFAULT_ENGINE)
+    }
+
+    /// The built-in scenarios that run `engine`, sorted.
+    pub fn names_of_engine(engine: &str) -> Vec<String> {
+        builtin_names()
+            .into_iter()
+            .filter(|name| resolve(name).is_ok_and(|l| l.scenario.engine.get().name() == engine))
+            .collect()
+    }
+
     /// Deserializes TOML into `T` (a scenario or corpus entry may name an engine).
     pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
         crate::engines();

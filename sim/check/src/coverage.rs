@@ -577,7 +577,7 @@ mod tests {
                 )
                 .unpermit(o(1, 1), 1, 1)
                 .build()
-            => [STALE_COMPLETE, LEASE_EXPIRED_RUNNING, LONG_EXECUTION];
+            => [STALE_COMPLETE, STALE_OUTCOME, LEASE_EXPIRED_RUNNING, LONG_EXECUTION];
         a_long_body_kept_alive_by_renewals:
             H::new().up(o(1, 1)).created(1, TaskKind::WorkflowTask)
                 .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
