@@ -161,7 +161,12 @@ impl Cluster {
             "synchronous_commit=off",
             "full_page_writes=off",
             "shared_buffers=16MB",
-            "max_connections=10",
+            "max_connections=20",
+            // Deadlocks (graphile's conformance makes some) are found fast.
+            "deadlock_timeout=20ms",
+            // An autovacuum or autoanalyze worker takes locks of its own (a
+            // LOCK TABLE waits for it) and reuses heap space.
+            "autovacuum=off",
             "wal_level=minimal",
             "max_wal_senders=0",
             "log_min_messages=warning",
@@ -192,7 +197,7 @@ impl Drop for Cluster {
             let _ = server.wait();
         }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
-            eprintln!("pg_conformance: could not remove {}: {e}", self.dir.display());
+            eprintln!("leasesim's test cluster: could not remove {}: {e}", self.dir.display());
         }
     }
 }

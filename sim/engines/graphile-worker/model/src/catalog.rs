@@ -158,6 +158,23 @@ impl Stmt {
         )
     }
 
+    /// Whether it is one SQL statement reading `_private_jobs` with one
+    /// snapshot: after a wait PostgreSQL goes on with that snapshot (and
+    /// re-checks only the row it waited for), so the model's retry does not
+    /// see jobs committed meanwhile. Functions made of several statements
+    /// take a snapshot per statement, so their retry sees them.
+    pub(crate) fn keeps_snapshot(self) -> bool {
+        matches!(
+            self,
+            Stmt::CompleteJob { .. }
+                | Stmt::FailJob { .. }
+                | Stmt::FailJobs { .. }
+                | Stmt::CompleteJobs
+                | Stmt::PermanentlyFailJobs
+                | Stmt::CleanupPermanentlyFailed
+        )
+    }
+
     /// Whether PostgreSQL leaves the order of its rows open (no ORDER BY, or
     /// ties in it): such answers are compared as multisets.
     pub fn unordered(self) -> bool {

@@ -103,6 +103,9 @@ struct Session {
     reserved: store::Drawn,
     /// The step of a function the Blocked statement waited in.
     resume_step: u8,
+    /// The committed jobs the Blocked statement's first try saw, when it is a
+    /// single SQL statement (see [`Stmt::keeps_snapshot`]).
+    snapshot_jobs: Option<BTreeSet<i64>>,
     /// The row the Blocked statement waited for: once its holder is gone,
     /// PostgreSQL locks the row's latest version before it re-checks it, and
     /// keeps that lock even if the row no longer qualifies.
@@ -124,8 +127,9 @@ pub struct Db {
     /// Sessions answered Blocked, and whom they wait for (deadlock detection).
     waits: BTreeMap<SessionId, SessionId>,
     /// Every session each waiting session waits for (a table lock can wait
-    /// for several), the edges deadlock detection follows.
-    wait_edges: BTreeMap<SessionId, BTreeSet<SessionId>>,
+    /// for several), the edges deadlock detection follows: holders of a
+    /// lock it wants, and (second) waiters queued ahead of it.
+    wait_edges: BTreeMap<SessionId, (BTreeSet<SessionId>, BTreeSet<SessionId>)>,
     /// When each waiting session began to wait (a counter), for lock queues.
     wait_started: BTreeMap<SessionId, u64>,
     wait_counter: u64,
@@ -223,6 +227,7 @@ impl Db {
         state.reserved = store::Drawn::default();
         state.resume_step = 0;
         state.waited_row = None;
+        state.snapshot_jobs = None;
         state.waited_at_parse = false;
         self.stop_waiting(session);
     }
@@ -254,6 +259,7 @@ impl Db {
         let reserved = std::mem::take(&mut state.reserved);
         let resume_step = std::mem::take(&mut state.resume_step);
         let waited_row = state.waited_row.take();
+        let snapshot_jobs = state.snapshot_jobs.take();
         let others: Vec<(SessionId, &Txn)> = self
             .sessions
             .iter()
@@ -266,10 +272,14 @@ impl Db {
         // A retry that must wait again before it runs keeps the step it had reached.
         ctx.step = resume_step;
         ctx.claim_preference = self.claim_preference;
+        ctx.snapshot_jobs = snapshot_jobs.as_ref();
         ctx.queue_table_locks(self.queued_table_locks(session));
         let relock = waited_row.filter(|row| ctx.row_exists(row)).map_or(Ok(()), |row| ctx.lock(row));
         let result = relock
             .and_then(|()| stmts::run(stmt, &mut ctx, params.values(), &self.server_version_num, &self.migrations));
+        // A statement that waited while being parsed takes its snapshot after the wait.
+        let parsing = ctx.wants_table_lock.is_some_and(|(_, _, at_parse)| at_parse);
+        let seen_jobs = (stmt.keeps_snapshot() && !parsing).then(|| ctx.visible_committed_jobs());
         // Identity values drawn stay drawn whatever happens next, as in PostgreSQL.
         self.seqs = ctx.seqs;
         self.next_place = ctx.next_place;
@@ -277,7 +287,7 @@ impl Db {
         let drawn = ctx.drawn.then(ctx.reserved);
         let step = ctx.step;
         let waits_for_row = ctx.waits_for_row.clone();
-        let blockers = std::mem::take(&mut ctx.blockers);
+        let blockers = (std::mem::take(&mut ctx.blockers), std::mem::take(&mut ctx.queued_ahead));
         let wants_table_lock = ctx.wants_table_lock;
         let (writes, locks, advisory, table_locks) = (ctx.writes, ctx.locks, ctx.advisory, ctx.table_locks);
         let touched = ctx.touched;
@@ -312,6 +322,7 @@ impl Db {
                 state.reserved = drawn;
                 state.resume_step = step;
                 state.waited_row = waits_for_row;
+                state.snapshot_jobs = seen_jobs;
                 state.wants_table_lock = wants_table_lock.map(|(t, m, _)| (t, m));
                 state.waited_at_parse = !explicit && wants_table_lock.is_some_and(|(_, _, at_parse)| at_parse);
                 self.blocked(session, holder, blockers, txn, explicit)
@@ -384,11 +395,14 @@ impl Db {
         &mut self,
         session: SessionId,
         holder: SessionId,
-        mut blockers: BTreeSet<SessionId>,
+        blockers: (BTreeSet<SessionId>, BTreeSet<SessionId>),
         txn: Txn,
         explicit: bool,
     ) -> Exec {
-        blockers.insert(holder);
+        let (mut holders, queued) = blockers;
+        if !queued.contains(&holder) {
+            holders.insert(holder);
+        }
         assert_ne!(holder, session, "a session never waits for itself");
         let state = self.sessions.entry(session).or_default();
         if explicit {
@@ -396,12 +410,13 @@ impl Db {
         } else {
             state.pending = Some(txn);
         }
-        if let Some(&other) = blockers.iter().find(|b| self.waits_for(**b, session)) {
+        let all: Vec<SessionId> = holders.iter().chain(&queued).copied().collect();
+        if let Some(&other) = all.iter().find(|b| self.waits_for(**b, session)) {
             let msg = format!("deadlock detected: session {session} waits for {other}, which waits for it");
             return self.error(session, DbError::with_code(msg, "40P01"));
         }
         self.waits.insert(session, holder);
-        self.wait_edges.insert(session, blockers);
+        self.wait_edges.insert(session, (holders, queued));
         if !self.wait_started.contains_key(&session) {
             self.wait_counter += 1;
             self.wait_started.insert(session, self.wait_counter);
@@ -409,16 +424,27 @@ impl Db {
         Exec::Blocked { holder }
     }
 
-    /// Whether `from` waits, directly or through others, for `target`.
+    /// Whether `from` waits, directly or through others, for `target`, along
+    /// the edges that still hold: to a session that still has a transaction
+    /// (or a waiting statement's locks), or to a waiter still queued ahead.
     fn waits_for(&self, from: SessionId, target: SessionId) -> bool {
+        let holds = |s: &SessionId| self.sessions.get(s).is_some_and(|st| st.txn.is_some() || st.pending.is_some());
+        let ahead = |a: SessionId, b: &SessionId| {
+            let (Some(at_a), Some(at_b)) = (self.wait_started.get(&a), self.wait_started.get(b)) else { return false };
+            at_b < at_a
+        };
         let mut seen = BTreeSet::new();
         let mut todo = vec![from];
         while let Some(at) = todo.pop() {
             if at == target {
                 return true;
             }
-            if seen.insert(at) {
-                todo.extend(self.wait_edges.get(&at).into_iter().flatten().copied());
+            if !seen.insert(at) {
+                continue;
+            }
+            if let Some((holders, queued)) = self.wait_edges.get(&at) {
+                todo.extend(holders.iter().filter(|s| holds(s)).copied());
+                todo.extend(queued.iter().filter(|s| ahead(at, s)).copied());
             }
         }
         false
@@ -475,6 +501,7 @@ impl Db {
             state.reserved = store::Drawn::default();
             state.resume_step = 0;
             state.waited_row = None;
+            state.snapshot_jobs = None;
             state.waited_at_parse = false;
             state.aborted = false;
         }

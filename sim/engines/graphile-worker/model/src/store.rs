@@ -243,6 +243,10 @@ pub(crate) struct Ctx<'a> {
     pub explicit: bool,
     /// Set by get_job: prefer this job among candidates that tie on the ORDER BY.
     pub claim_preference: Option<i64>,
+    /// The committed jobs a single-statement retry's first try saw:
+    /// PostgreSQL goes on with that statement's snapshot after a wait, so
+    /// jobs committed meanwhile stay invisible to it.
+    pub snapshot_jobs: Option<&'a BTreeSet<i64>>,
     /// Identity values an earlier try of this statement drew before it had
     /// to wait: PostgreSQL drew them once, and the statement goes on with them.
     pub reserved: Drawn,
@@ -255,8 +259,10 @@ pub(crate) struct Ctx<'a> {
     pub step: u8,
     /// The row this try must wait for, when it waits for a row.
     pub waits_for_row: Option<RowKey>,
-    /// Every transaction a table lock request waits for (the answer names one).
+    /// Every transaction a table lock request waits for (the answer names
+    /// one): those holding a conflicting lock, and those queued ahead.
     pub blockers: BTreeSet<SessionId>,
+    pub queued_ahead: BTreeSet<SessionId>,
     /// Table locks other sessions wait for: PostgreSQL queues a request
     /// behind a waiting one it conflicts with.
     queued_table_locks: Vec<(SessionId, Table, TableLock)>,
@@ -304,6 +310,7 @@ impl<'a> Ctx<'a> {
             next_place: 0,
             explicit,
             claim_preference: None,
+            snapshot_jobs: None,
             queued_table_locks: Vec::new(),
             wants_table_lock: None,
             reserved: Drawn::default(),
@@ -312,6 +319,7 @@ impl<'a> Ctx<'a> {
             step: 0,
             waits_for_row: None,
             blockers: BTreeSet::new(),
+            queued_ahead: BTreeSet::new(),
         }
     }
 
@@ -348,7 +356,35 @@ impl<'a> Ctx<'a> {
         self.queued_table_locks = queued;
     }
 
-    reader!(job, job_ids, all_jobs, jobs, i64, JobRow);
+    /// A job as this statement sees it. A statement that waited and runs
+    /// again does not see jobs committed since its first try (its snapshot
+    /// is the first try's: see [`Ctx::snapshot_jobs`]).
+    pub(crate) fn job(&self, key: &i64) -> Option<&JobRow> {
+        let own = self.writes.jobs.get(key).or_else(|| self.own.writes.jobs.get(key));
+        if let Some(row) = own {
+            return row.as_ref();
+        }
+        let hidden = self.snapshot_jobs.is_some_and(|seen| !seen.contains(key));
+        self.committed.jobs.get(key).filter(|_| !hidden)
+    }
+
+    pub(crate) fn job_ids(&self) -> BTreeSet<i64> {
+        layered_keys(&self.writes.jobs, &self.own.writes.jobs, &self.committed.jobs)
+    }
+
+    pub(crate) fn all_jobs(&self) -> Vec<JobRow> {
+        self.job_ids().iter().filter_map(|key| self.job(key)).cloned().collect()
+    }
+
+    /// The committed jobs this statement sees now (kept as its snapshot if it waits).
+    pub(crate) fn visible_committed_jobs(&self) -> BTreeSet<i64> {
+        self.committed
+            .jobs
+            .keys()
+            .filter(|id| self.snapshot_jobs.is_none_or(|seen| seen.contains(id)))
+            .copied()
+            .collect()
+    }
     reader!(queue, queue_ids, all_queues, queues, i32, QueueRow);
     reader!(task, task_ids, all_tasks, tasks, i32, TaskRow);
     reader!(worker, worker_ids, all_workers, workers, String, WorkerRow);
@@ -472,7 +508,8 @@ impl<'a> Ctx<'a> {
         if let Some(&holder) = granted.first().or(queued.first()) {
             self.wants_table_lock = Some((table, mode, at_parse));
             // Every one of them is a wait edge, for deadlock detection.
-            self.blockers = granted.into_iter().chain(queued).collect();
+            self.blockers = granted.into_iter().collect();
+            self.queued_ahead = queued.into_iter().collect();
             return Err(Fail::Blocked(holder));
         }
         self.table_locks.insert((table, mode));

@@ -486,6 +486,21 @@ fn waits() -> Vec<Case> {
             jobs: |jobs| expect(jobs.len() == 1 && jobs[0].key.is_none() && jobs[0].attempts == 25, "kept and retired"),
             unmodelled: 0,
         },
+        Case {
+            name: "a statement that waited keeps its snapshot: jobs committed meanwhile stay unseen",
+            steps: vec![
+                register(),
+                Step::Call(0, add(JobSpec::default()), Want::Ok),
+                Step::Begin(1),
+                Step::Call(1, Call::CompleteJob { job: job(1), worker: "w".into() }, Want::Affected(1)),
+                Step::Call(2, Call::CompleteJobs { ids: vec![2, 1] }, Want::Blocked(1)),
+                Step::Call(1, add(JobSpec::default()), Want::Cell("id", "I64(2)")),
+                Step::Commit(1),
+                Step::Call(2, Call::CompleteJobs { ids: vec![2, 1] }, Want::Rows(0)),
+            ],
+            jobs: |jobs| expect(jobs.len() == 1 && jobs[0].id == 2, "job 2 was not seen, so not completed"),
+            unmodelled: 0,
+        },
     ]
 }
 

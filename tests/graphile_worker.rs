@@ -1,0 +1,81 @@
+//! graphile_worker 0.14.1's real worker under the harness: its scenarios run
+//! quiet without faults, replay bit for bit, reach the coverage points they
+//! require, and a campaign with faults finds the stale completion of
+//! docs/findings/graphile-worker.md (an expectation on graphile 0.14.1: when
+//! an upstream fix lands, this test tells).
+
+mod common;
+
+use common::spec;
+use leasesim_sim::runner::{self, PlanSource};
+use leasesim_sim::{scenario, Simulation};
+use std::collections::BTreeSet;
+
+fn graphile_scenarios() -> Vec<String> {
+    let names = scenario::names_of_engine("graphile-worker");
+    assert!(names.len() >= 2, "graphile's scenarios: {names:?}");
+    names
+}
+
+#[test]
+fn fault_free_runs_are_quiet() {
+    for name in graphile_scenarios() {
+        let report = Simulation::scenario(&name).seeds(1..=5).no_faults().run();
+        report.assert_passes();
+        for o in report.outcomes() {
+            assert_eq!(o.tasks["done"] + o.tasks["dead"], o.tasks.values().sum::<u64>(), "{name} seed {}", o.seed);
+            assert!(o.tasks["done"] > 0, "{name} seed {}: nothing ran", o.seed);
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    for name in graphile_scenarios() {
+        let a = runner::run_seed(&spec(&name, 3), runner::DEFAULT_WATCHDOG).expect("runs");
+        let b = runner::run_seed(&spec(&name, 3), runner::DEFAULT_WATCHDOG).expect("runs");
+        assert_eq!(a.trace_hash, b.trace_hash, "{name}");
+        assert_eq!(a.events, b.events, "{name}");
+    }
+    // madsim's draw-by-draw check, and the trace hashes of its two runs.
+    runner::check_determinism(&spec("graphile-recovery", 1));
+}
+
+#[test]
+fn every_graphile_scenario_reaches_what_it_requires() {
+    for name in graphile_scenarios() {
+        let required: BTreeSet<String> = spec(&name, 1).scenario.coverage.require.iter().cloned().collect();
+        assert!(!required.is_empty(), "{name} requires no coverage point");
+        let mut missing = required.clone();
+        for seed in 1..=30 {
+            let outcome = runner::run_seed(&spec(&name, seed), runner::DEFAULT_WATCHDOG).expect("runs");
+            for point in &outcome.coverage {
+                missing.remove(point);
+            }
+            if missing.is_empty() {
+                break;
+            }
+        }
+        assert!(missing.is_empty(), "{name}: seeds 1..=30 never reached {missing:?}");
+    }
+}
+
+#[test]
+fn a_campaign_finds_the_stale_completion() {
+    let report = Simulation::scenario("graphile-recovery").seeds(1..=30).run();
+    let found: Vec<(u64, String)> =
+        report.failures().filter_map(|run| run.failure.as_ref().map(|f| (run.seed, f.invariant.clone()))).collect();
+    assert!(
+        found.iter().any(|(_, invariant)| invariant == "fenced-completion"),
+        "graphile 0.14.1's unfenced complete_job was not found in 30 seeds: {found:?}"
+    );
+    // Nothing but that bug: every other invariant holds.
+    assert!(found.iter().all(|(_, invariant)| invariant == "fenced-completion"), "{found:?}");
+    // Without recovery no job is taken from a live worker: no stale completion.
+    let quiet = Simulation::scenario("graphile-no-recovery").seeds(1..=15).run();
+    quiet.assert_passes();
+    // And the same worlds without faults have nothing to find.
+    let spec = spec("graphile-recovery", 24).with_plan(PlanSource::None);
+    let outcome = runner::run_seed(&spec, runner::DEFAULT_WATCHDOG).expect("runs");
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+}
