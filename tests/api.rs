@@ -114,3 +114,32 @@ fn the_readme_shows_this_code() {
     let to = this.find("#[test]\nfn a_defect").expect("the defect test");
     assert!(readme.contains(this[from..to].trim_end()), "README.md's sample differs from tests/api.rs: copy it over");
 }
+
+/// Another engine in the same world: `Simulation::engine` swaps the
+/// scenario's engine and keeps its workload, topology, phases and faults.
+#[test]
+fn another_engine_runs_the_same_world() {
+    let graphile = || {
+        let adapter = leasesim_sim::engine::adapter("graphile-worker").expect("graphile's adapter is registered");
+        adapter.configure(&Default::default()).expect("graphile's defaults configure it")
+    };
+    // Index builds are beyond graphile: refused, naming what it cannot do.
+    let refused = Simulation::from_scenario(two_workers()).try_engine(graphile()).expect_err("graphile has no indexes");
+    assert!(refused.starts_with("two-workers: "), "{refused}");
+
+    let mut jobs_only = two_workers();
+    jobs_only.workload.index_builds = 0;
+    jobs_only.workload.authz_materializations = 0;
+    // graphile reads the world's one wall clock: no per-process offsets.
+    jobs_only.faults.kinds.retain(|k| *k != leasesim_sim::faults::FaultKind::ClockOffset);
+    let report = Simulation::from_scenario(jobs_only).engine(graphile()).seeds(1..=3).no_faults().run();
+    report.assert_passes();
+    for outcome in report.outcomes() {
+        assert_eq!(
+            outcome.tasks["done"] + outcome.tasks["dead"],
+            12,
+            "every job ends under graphile: {:?}",
+            outcome.tasks
+        );
+    }
+}

@@ -3,12 +3,13 @@
 
 mod common;
 
-use common::{scenarios, spec};
-use leasesim_sim::runner;
+use common::spec;
+use leasesim_sim::{runner, scenario};
 
+/// Every built-in scenario, whatever engine it runs.
 #[test]
 fn canonical_runs() {
-    for name in &scenarios() {
+    for name in &scenario::builtin_names() {
         let outcome = runner::run_seed(&spec(name, 1), runner::DEFAULT_WATCHDOG).expect("the seed runs");
         insta::assert_json_snapshot!(format!("{name}-seed-1"), outcome);
     }

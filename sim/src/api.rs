@@ -116,6 +116,27 @@ impl Simulation {
         }
     }
 
+    /// Runs the scenario's world with `engine` in place of the engine it
+    /// names: its workload, topology, phases and faults stay (an adapter's
+    /// `configure`, e.g. `leasesim_builtin::section`, makes one). The
+    /// scenario is then one built in code: its replay lines name no file.
+    ///
+    /// # Panics
+    /// If the engine refuses the scenario (`Engine::validate`).
+    pub fn engine(self, engine: Arc<dyn crate::engine::Engine>) -> Simulation {
+        self.try_engine(engine).unwrap_or_else(|e| panic!("Simulation::engine: {e}"))
+    }
+
+    /// As [`Simulation::engine`], answering an error instead of panicking.
+    pub fn try_engine(mut self, engine: Arc<dyn crate::engine::Engine>) -> Result<Simulation, String> {
+        let mut scenario = (*self.target.scenario).clone();
+        scenario.engine = scenario::EngineSection::new(engine);
+        scenario::validate(&scenario).map_err(|e| format!("{}: {e}", scenario.name))?;
+        self.target = Target { arg: scenario.name.clone(), scenario: Arc::new(scenario) };
+        self.in_code = true;
+        Ok(self)
+    }
+
     /// The seeds to run: a count `n` (seeds `1..=n`), `a..b` or `a..=b`.
     /// Default: seeds `1..=10`.
     pub fn seeds(mut self, seeds: impl IntoSeeds) -> Simulation {

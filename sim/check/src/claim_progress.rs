@@ -49,16 +49,18 @@ impl ClaimProgress {
     }
 
     /// When task `id` became due, by the policy (not by the store's word):
-    /// a task of a named queue only once no other task of it runs.
+    /// a task of a named queue only once no other task of it runs; a task
+    /// given back by recovery only after the engine's recovery delay.
     fn due_ms(ctx: &Ctx, id: TaskId) -> Option<u64> {
         let t = ctx.view.task(id)?;
         let backoff = t.last_failure.map_or(0, |f| promise::retry_due_ms(ctx.promises(), &f));
+        let recovery = if t.recovered { t.ready_since_ms.saturating_add(ctx.promises().recovery_delay_ms) } else { 0 };
         let queue = match t.row.spec.queue {
             Some(q) if ctx.view.queues_busy.contains(&q) => return None,
             Some(q) => ctx.view.queue_free_since.get(&q).copied().unwrap_or(0),
             None => 0,
         };
-        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff).max(queue))
+        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff).max(queue).max(recovery))
     }
 
     /// A worker that had room for a task throughout `[from, now]`.
@@ -190,7 +192,13 @@ mod tests {
     use crate::testkit::{cases, o, H, PASS};
     use leasesim_vocab::op::Op;
     use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::testimony::ReleaseCause;
     use leasesim_vocab::truth::Sender;
+
+    /// p1.1 gives back task `id`, started (`interrupted`) or not.
+    fn returned(id: u64, interrupted: bool) -> Op {
+        Op::ReturnOwn { owner: o(1, 1), tasks: vec![id], interrupted }
+    }
 
     cases! {
         claimed_within_bound_after_heal_passes:
@@ -253,6 +261,29 @@ mod tests {
                 .at(100).heal()
                 .at(500).up(o(1, 2))
                 .at(1_501).end().build()
+            => &[(NAME, Some(1))];
+        interrupted_return_waits_out_the_recovery_delay:
+            // Given back at 200 ms by a recovery return: due at 2200 ms
+            // (recovery delay 2000), so unclaimed at 3100 ms is on time.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(100).heal()
+                .at(200).released_by(1, o(1, 1), returned(1, true), ReleaseCause::Orphaned)
+                .at(3_100).end().build()
+            => PASS;
+        interrupted_return_unclaimed_past_the_delay_and_bound:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(100).heal()
+                .at(200).released_by(1, o(1, 1), returned(1, true), ReleaseCause::Orphaned)
+                .at(3_201).end().build()
+            => &[(NAME, Some(1))];
+        unstarted_return_is_due_at_once:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(100).heal()
+                .at(200).released_by(1, o(1, 1), returned(1, false), ReleaseCause::Orphaned)
+                .at(1_201).end().build()
             => &[(NAME, Some(1))];
         held_long_poll_beside_a_due_task:
             {

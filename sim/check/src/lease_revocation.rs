@@ -85,7 +85,7 @@ pub(super) fn justify(
         return Ok(format!("{owner} was silent at the store since {silent_since} ms"));
     }
     if let Some(r) = request.filter(|r| r.from == Sender::Worker(owner)) {
-        if let Op::ReturnOwn { owner: by, tasks } = &r.request {
+        if let Op::ReturnOwn { owner: by, tasks, .. } = &r.request {
             if *by == owner && tasks.contains(&holder.task) {
                 return Ok(format!("{owner} handed it back itself"));
             }
@@ -240,13 +240,13 @@ mod tests {
             // A worker shutting down hands back the job it holds, naming it.
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
                 .at(10).grant(3, 1, o(1, 1))
-                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![3] }, ReleaseCause::Orphaned)
+                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![3], interrupted: false }, ReleaseCause::Orphaned)
                 .build()
             => PASS;
         return_of_a_task_it_does_not_name:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(3, TaskKind::Job)
                 .at(10).grant(3, 1, o(1, 1))
-                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![4] }, ReleaseCause::Orphaned)
+                .at(20).released_by(3, o(1, 1), Op::ReturnOwn { owner: o(1, 1), tasks: vec![4], interrupted: false }, ReleaseCause::Orphaned)
                 .build()
             => &[(NAME, Some(3))];
         live_owner_named_dead_by_a_sweep:

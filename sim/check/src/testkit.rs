@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// poll 500 ms, heartbeats every 100 s (dead after 200 s), retries after
 /// 1000 ms * 2^(n-1) (at most 2 retries); leases of 5 s (index builds, authz),
 /// 3 s (workflow tasks) and 6 s (activities), jobs and stages owned by
-/// heartbeat.
+/// heartbeat; a task given back by recovery is due 2 s later.
 pub fn promises() -> Promises {
     Promises {
         concurrency: 2,
@@ -53,7 +53,7 @@ pub fn promises() -> Promises {
         maintenance: Vec::new(),
         maintenance_interval_ms: 5_000,
         txn_timeout_ms: 30_000,
-        recovery_delay_ms: 0,
+        recovery_delay_ms: 2_000,
         claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
         statement_time: leasesim_vocab::promise::StatementTime::Commit,
     }

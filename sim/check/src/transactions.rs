@@ -48,7 +48,7 @@ impl Transactions {
     /// Is `txn` open at `now` by the view (its timeout counted to `now`)?
     fn open_at(ctx: &Ctx, txn: TxnId, now: u64) -> Option<u64> {
         let t = ctx.view.txns.get(&txn)?;
-        let superseded = ctx.view.superseded(txn.owner);
+        let superseded = ctx.view.disconnected(txn.owner);
         (t.opened_ms + ctx.view.txn_timeout_ms > now && !superseded).then_some(t.opened_ms)
     }
 
@@ -88,7 +88,7 @@ impl Transactions {
         let op = a.request.request.op_name();
         if let Response::Rejected { reason: Refusal::TxnClosed } = a.response {
             let never_opened = !ctx.view.txn_ended.contains(&txn);
-            let superseded = ctx.view.superseded(txn.owner);
+            let superseded = ctx.view.disconnected(txn.owner);
             return match Self::open_at(ctx, txn, now) {
                 Some(opened_ms) => Some(format!(
                     "{op} of {txn} told the transaction is no longer open; it opened at {opened_ms} ms and was"
@@ -306,6 +306,11 @@ mod tests {
         h.fact(leasesim_vocab::truth::Fact::TxnSent { from: o(1, 1), txn, fence: f, send })
     }
 
+    /// A statement of `by`'s that the harness has no concept for.
+    fn other_of(by: leasesim_vocab::ids::Owner) -> Op {
+        Op::Other { what: "last-migration".into(), by: Some(by) }
+    }
+
     fn closed(h: H, at: u64) -> H {
         let f = fence(1, 1, o(1, 1));
         let txn = TxnId { owner: o(1, 1), seq: 1 };
@@ -384,6 +389,23 @@ mod tests {
                 .renew(1, 1, o(1, 1))
                 .build()
             => PASS;
+        a_newer_incarnations_first_statement_of_any_kind_ends_them:
+            // graphile's store ends a replaced process's transactions at the
+            // newer incarnation's first statement, a read of its own.
+            done(locked())
+                .up(o(1, 2))
+                .answer(Sender::Worker(o(1, 2)), other_of(o(1, 2)), Response::Rows { count: 1 }, vec![], &[])
+                .at(1_100)
+                .renew(1, 1, o(1, 1))
+                .build()
+            => PASS;
+        the_same_incarnations_read_ends_nothing:
+            done(locked())
+                .answer(Sender::Worker(o(1, 1)), other_of(o(1, 1)), Response::Rows { count: 1 }, vec![], &[])
+                .at(1_100)
+                .renew(1, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(1))];
         a_transaction_reused_after_its_rollback:
             sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 1, Some(1), TxnSend::Commit).build()
             => &[(NAME, None)];

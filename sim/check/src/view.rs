@@ -30,6 +30,10 @@ pub struct TaskView {
     pub ready_since_ms: u64,
     /// Its last failure, as the store seam saw it.
     pub last_failure: Option<Failure>,
+    /// It last became ready through recovery (a dead holder's work
+    /// released, an interrupted attempt returned): the engine's recovery
+    /// delay applies before it is due.
+    pub recovered: bool,
 }
 
 impl TaskView {
@@ -257,8 +261,13 @@ pub struct View {
     pub txns: BTreeMap<TxnId, TxnView>,
     /// Transactions that ended (a statement of one never reopens it).
     pub txn_ended: BTreeSet<TxnId>,
-    /// The newest incarnation of each process the store has heard from.
+    /// The newest incarnation of each process the store has heard from
+    /// by a claim or a heartbeat (what tells a store its tasks' holders are
+    /// replaced).
     pub newest: BTreeMap<ProcId, u32>,
+    /// The newest incarnation of each process the store took any request
+    /// of: an older one's connections, and their transactions, are gone.
+    pub newest_connected: BTreeMap<ProcId, u32>,
     /// Transactions that ended without a commit or rollback of their own,
     /// and how, in the order they ended (for coverage and messages).
     pub abandoned: Vec<(TxnId, TxnEnd)>,
@@ -352,11 +361,17 @@ impl View {
         self.newest.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
     }
 
+    /// Has the store taken a request of a newer incarnation of this
+    /// owner's process (so this one's connections are gone)?
+    pub fn disconnected(&self, owner: Owner) -> bool {
+        self.superseded(owner) || self.newest_connected.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
+    }
+
     /// Is the task row locked at `now` by a transaction still open then
     /// (not past its timeout, its process not replaced)?
     pub fn locked_at(&self, task: TaskId, now: u64) -> bool {
         self.txns.iter().any(|(id, t)| {
-            let superseded = self.superseded(id.owner);
+            let superseded = self.disconnected(id.owner);
             t.locks.contains(&task) && t.opened_ms + self.txn_timeout_ms > now && !superseded
         })
     }
@@ -372,10 +387,21 @@ impl View {
         }
     }
 
-    /// A newer incarnation of a process reached the store: the open
-    /// transactions of its older ones are gone with their connections.
+    /// A claim or heartbeat of a newer incarnation of a process reached
+    /// the store: its older ones hold nothing any more.
     fn saw_incarnation(&mut self, owner: Owner) {
         let newest = self.newest.entry(owner.proc).or_insert(owner.incarnation);
+        if owner.incarnation < *newest {
+            return;
+        }
+        *newest = owner.incarnation;
+        self.saw_connection(owner);
+    }
+
+    /// A request of a newer incarnation of a process reached the store: the
+    /// open transactions of its older ones are gone with their connections.
+    fn saw_connection(&mut self, owner: Owner) {
+        let newest = self.newest_connected.entry(owner.proc).or_insert(owner.incarnation);
         if owner.incarnation < *newest {
             return;
         }
@@ -543,7 +569,7 @@ impl View {
                     self.answer_reached(&r, now, response.as_ref());
                 }
             }
-            Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now),
+            Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now, false),
             Fact::BodyStarted { fence, kind, on } => {
                 let body =
                     BodyView { on: *on, kind: *kind, started_ms: now, ended_ms: None, error: None, stopped: false };
@@ -596,14 +622,22 @@ impl View {
 
     fn apply_answer(&mut self, now: u64, req: u64, response: &Response, commit: &Commit, reply: Reply) {
         let Some(mut r) = self.requests.remove(&req) else {
-            self.apply_commit(now, Some(req), None, commit, now);
+            self.apply_commit(now, Some(req), None, commit, now, false);
             return;
         };
         if let (Op::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
             self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
         }
+        // Any request the store took tells it of its process's incarnation:
+        // an older one's connections are gone then, as a real store's are
+        // when their process dies (graphile's store ends their transactions
+        // at a newer incarnation's first statement, the built-in one at its
+        // first claim or heartbeat; the earlier rule judges both).
         if let Op::Heartbeat { owner } | Op::Claim { owner, .. } = &r.request {
             self.saw_incarnation(*owner);
+        }
+        if let Sender::Worker(owner) = r.from {
+            self.saw_connection(owner);
         }
         self.txn_answered(&r, response);
         let completed_by = match &r.request {
@@ -611,7 +645,14 @@ impl View {
             _ => None,
         };
         let started = r.handed_ms.unwrap_or(r.arrived_ms);
-        self.apply_commit(now, Some(req), completed_by, commit, started);
+        let recovery = matches!(
+            r.request,
+            Op::ReleaseDead { .. }
+                | Op::ReclaimExpired { .. }
+                | Op::ReleaseOwners { .. }
+                | Op::ReturnOwn { interrupted: true, .. }
+        );
+        self.apply_commit(now, Some(req), completed_by, commit, started, recovery);
         if let (Op::Enqueue { key: Some(key), .. }, Response::Enqueued { task }) = (&r.request, response) {
             self.enqueue_keys.entry(*key).or_insert(*task);
         }
@@ -683,6 +724,7 @@ impl View {
         completed_by: Option<TaskId>,
         commit: &Commit,
         started_ms: u64,
+        recovery: bool,
     ) {
         for change in &commit.tasks {
             let after = &change.after;
@@ -695,6 +737,7 @@ impl View {
                         created_by: req,
                         ready_since_ms: now,
                         last_failure: None,
+                        recovered: false,
                     };
                     self.tasks.insert(id, view);
                 }
@@ -702,6 +745,7 @@ impl View {
                     let before = std::mem::replace(&mut t.row, after.clone());
                     if after.state == TaskState::Ready && before.state != TaskState::Ready {
                         t.ready_since_ms = now;
+                        t.recovered = recovery;
                     }
                     if after.retries > before.retries {
                         t.last_failure = Some(Failure {

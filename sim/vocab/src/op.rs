@@ -61,7 +61,10 @@ pub enum Op {
     /// judged dead (a list it read earlier, perhaps in the same transaction).
     ReleaseOwners { by: Owner, owners: Vec<Owner> },
     /// An owner hands back tasks it holds and will not run (a shutdown).
-    ReturnOwn { owner: Owner, tasks: Vec<TaskId> },
+    /// `interrupted`: their attempts had started and were cut short, so the
+    /// return is a recovery (its promised delay applies); otherwise they
+    /// were never started and are due again at once.
+    ReturnOwn { owner: Owner, tasks: Vec<TaskId>, interrupted: bool },
     /// A request the harness has no concept for: a read, a setup statement,
     /// the engine's own bookkeeping. It must change no task row.
     Other { what: String, by: Option<Owner> },

@@ -63,9 +63,13 @@ fn statement(book: &Book, from: Sender, stmt: Option<Stmt>, params: &[DbValue]) 
         }
         // `_private_return_jobs($1 worker, $2 ids)`, or one job `array[$2]`.
         Stmt::ReturnJobs => {
-            Op::ReturnOwn { owner, tasks: int_array(params, 1).into_iter().map(|id| id as TaskId).collect() }
+            let tasks = int_array(params, 1).into_iter().map(|id| id as TaskId).collect();
+            Op::ReturnOwn { owner, tasks, interrupted: false }
         }
-        Stmt::ReturnJobForRecovery => Op::ReturnOwn { owner, tasks: job_param(params, 1).into_iter().collect() },
+        // A running job given back at shutdown, delayed by `recovery_delay`.
+        Stmt::ReturnJobForRecovery => {
+            Op::ReturnOwn { owner, tasks: job_param(params, 1).into_iter().collect(), interrupted: true }
+        }
         Stmt::AddJob | Stmt::AddJobs => enqueue(params),
         _ => other(stmt_name(stmt)),
     }
