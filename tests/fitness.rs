@@ -387,6 +387,16 @@ fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> Answer {
     send(req)
 }
 
+/// A failed body's outcome is given up at the worker: never sent, as if
+/// the write had failed. Recovery runs the task again later, and fencing
+/// keeps the books straight: only the lost work shows.
+fn loses_failures(_: Option<Owner>, req: Request, send: Call) -> Answer {
+    if matches!(req.statement(), Request::Fail { .. }) {
+        return Box::pin(async { Err(RpcError::Unavailable) });
+    }
+    send(req)
+}
+
 // ---------------------------------------------------------------------------
 // An engine whose events lie
 // ---------------------------------------------------------------------------
@@ -422,6 +432,7 @@ fitness! {
     execution_exclusive: "execution-exclusive" in "swarm" by Calls("grants handed out twice", grants_twice), within 10;
     concurrency_bound: "concurrency-bound" in "a-index-builds" by Drift("six permits", |c| c.concurrency = 6), within 20;
     outcome_truth: "outcome-truth" in "swarm" by Calls("failures recorded as completions", failure_completes), within 20;
+    outcome_kept: "outcome-kept" in "swarm" by Calls("failures lost at the worker", loses_failures), within 20;
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
     testimony: "testimony" in "c-workflows" by SilentReleases, within 40;

@@ -24,6 +24,13 @@ fn shards_partition_the_seed_range() {
         }
         assert_eq!(seen, (start..end).collect::<BTreeSet<u64>>(), "shards of {start}..{end} / {n} miss seeds");
     }
+    // A shard count near u64::MAX: shard K holds only seed K - 1, never a
+    // seed outside the range (the sum once wrapped).
+    for (k, want) in [(2, vec![1]), (3, vec![2]), (u64::MAX, vec![])] {
+        let shard = SeedSpace { start: 1, end: Some(11), shard_k: k, shard_n: u64::MAX };
+        let seeds: Vec<u64> = (0..).map_while(|i| shard.nth(i)).collect();
+        assert_eq!(seeds, want, "shard {k}/{}", u64::MAX);
+    }
 }
 
 fn leasesim(args: &[&str]) -> (i32, String) {
@@ -52,10 +59,12 @@ fn save_writes_one_entry_per_signature_and_never_overwrites() {
     assert_eq!(code, 1);
     assert_eq!(corpus::entries(&dir).expect("entries"), first, "a known signature was saved again");
     assert_eq!(std::fs::read_to_string(&first[0]).expect("read"), before, "an entry was overwritten");
-    // The saved entry replays on its own.
+    // The saved entry replays on its own, and says the bug is still there
+    // (exit 1) until the engine is fixed.
     let (code, out) = leasesim(&["replay", first[0].to_str().expect("utf-8")]);
-    assert_eq!(code, 0, "replay: {out}");
-    assert!(out.contains("expectation holds"), "{out}");
+    assert_eq!(code, 1, "replay: {out}");
+    assert!(out.contains("still fails: violates retry-clock, as saved"), "{out}");
+    fix_loop(&first[0], &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -160,6 +169,70 @@ fn guided_campaigns_are_deterministic_and_save_explicit_plans() {
     let entry = Entry::load(&saved[0]).expect("the saved entry parses");
     assert_eq!(entry.faults, corpus::FaultsMode::Explicit);
     let (code, out) = leasesim(&["replay", saved[0].to_str().expect("utf-8")]);
-    assert_eq!(code, 0, "the saved guided failure replays on its own: {out}");
+    assert_eq!(code, 1, "the saved guided failure replays on its own: {out}");
+    assert!(out.contains("still fails"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The user's loop after a fix: the entry now passes (here: its defect
+/// switch turned off, as a fix would), `--pin-pass` keeps it as a new
+/// passing entry, and that entry passes as pinned. A still-failing entry is
+/// never pinned.
+fn fix_loop(failing: &Path, dir: &Path) {
+    let text = std::fs::read_to_string(failing).expect("read the entry");
+    assert!(text.contains("defects = [\"retry-clock-reset\"]"), "{text}");
+    let fixed = dir.join("fixed.toml");
+    std::fs::write(&fixed, text.replace("defects = [\"retry-clock-reset\"]", "defects = []")).expect("write");
+    let fixed_arg = fixed.to_str().expect("utf-8");
+    let (code, out) = leasesim(&["replay", failing.to_str().expect("utf-8"), "--pin-pass"]);
+    assert_eq!(code, 1, "a failing entry is not pinned: {out}");
+    let (code, out) = leasesim(&["replay", fixed_arg]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("now passes: retry-clock is no longer violated"), "{out}");
+    let before: BTreeSet<_> = corpus::entries(dir).expect("entries").into_iter().collect();
+    let (code, out) = leasesim(&["replay", fixed_arg, "--pin-pass"]);
+    assert_eq!(code, 0, "{out}");
+    let after: BTreeSet<_> = corpus::entries(dir).expect("entries").into_iter().collect();
+    let new: Vec<_> = after.difference(&before).collect();
+    assert_eq!(new.len(), 1, "one new entry: {out}");
+    assert_eq!(
+        std::fs::read_to_string(&fixed).expect("read"),
+        text.replace("defects = [\"retry-clock-reset\"]", "defects = []"),
+        "FILE untouched"
+    );
+    let pinned = Entry::load(new[0]).expect("the pinned entry parses");
+    assert_eq!(pinned.expect, "pass");
+    assert!(pinned.trace_hash.is_some(), "its trace hash is pinned");
+    let (code, out) = leasesim(&["replay", new[0].to_str().expect("utf-8")]);
+    assert_eq!((code, out.contains("passes, as pinned")), (0, true), "{out}");
+}
+
+/// An output path that is not a regular file is refused before the run,
+/// and left as it was.
+#[test]
+fn output_paths_are_never_replaced() {
+    let dir = std::env::temp_dir().join(format!("leasesim-outputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let kept = dir.join("kept.txt");
+    std::fs::write(&kept, "kept").expect("write");
+    let link = dir.join("run.svg");
+    std::os::unix::fs::symlink(&kept, &link).expect("symlink");
+    for (flag, path) in [
+        ("--svg", link.to_str().expect("utf-8")),
+        ("--trace", "/dev/null"),
+        ("--history", dir.to_str().expect("utf-8")),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasesim"))
+            .args(["run", "--scenario", "swarm", "--seed", "1", flag, path])
+            .output()
+            .expect("run leasesim");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {path}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(flag) && err.contains("refusing to replace it"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(&kept).expect("read"), "kept");
+    assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
     let _ = std::fs::remove_dir_all(&dir);
 }

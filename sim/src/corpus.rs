@@ -199,7 +199,18 @@ pub fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
 pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
     let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, entry.to_toml()).map_err(|e| format!("{}: cannot write: {e}", tmp.display()))?;
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(entry.to_toml().as_bytes())?;
+        file.sync_all()
+    };
+    if let Err(e) = write() {
+        // A full disk leaves no partial temp file behind, and the error
+        // names the entry, not a hidden temp file.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("{}: cannot write: {e}", dir.join(format!("{stem}.toml")).display()));
+    }
     let mut result = Err(format!("{}: no free file name for {stem}", dir.display()));
     for n in 1..1000 {
         let name = if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") };

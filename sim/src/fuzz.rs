@@ -59,7 +59,9 @@ impl SeedSpace {
         debug_assert!(self.shard_k >= 1 && self.shard_k <= self.shard_n);
         let n = self.shard_n;
         let want = self.shard_k - 1;
-        let first = self.start + (want + n - self.start % n) % n;
+        // In u128: `want + n` overflows u64 for a shard count near u64::MAX.
+        let offset = (u128::from(want) + u128::from(n) - u128::from(self.start % n)) % u128::from(n);
+        let first = self.start.checked_add(u64::try_from(offset).expect("offset < n"))?;
         let seed = first.checked_add(i.checked_mul(n)?)?;
         match self.end {
             Some(end) if seed >= end => None,
@@ -164,6 +166,10 @@ pub struct Summary {
     /// Per scenario: required coverage points it never reached (judged only
     /// once the scenario ran its `min_seeds`).
     pub coverage_missing: BTreeMap<String, Vec<String>>,
+    /// Scenario -> (its runs, its `min_seeds`): required coverage not
+    /// judged, because this campaign ran too few of its seeds.
+    #[serde(default)]
+    pub coverage_not_judged: BTreeMap<String, (u64, u64)>,
     /// What a guided campaign did (`fuzz --guided`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guided: Option<crate::guided::GuidedStats>,
@@ -354,7 +360,14 @@ impl Tally {
             let need = &target.scenario.coverage;
             let (runs, seen) = self.per_scenario.get(&target.scenario.name).cloned().unwrap_or_default();
             let missing: Vec<String> = need.require.iter().filter(|p| !seen.contains(*p)).cloned().collect();
-            if runs >= need.min_seeds && !missing.is_empty() {
+            if need.require.is_empty() {
+                continue;
+            }
+            if runs < need.min_seeds {
+                // Too few runs of it (a shard, a time budget) to judge: said,
+                // not failed.
+                summary.coverage_not_judged.insert(target.scenario.name.clone(), (runs, need.min_seeds));
+            } else if !missing.is_empty() {
                 summary.coverage_missing.insert(target.scenario.name.clone(), missing);
             }
         }

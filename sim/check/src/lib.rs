@@ -32,6 +32,7 @@ mod lease_revocation;
 mod lease_terms;
 mod materialization;
 mod no_resurrection;
+mod outcome_kept;
 mod outcome_truth;
 mod permit_leak;
 pub mod promise;
@@ -186,6 +187,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(execution::ExecutionExclusive::default()),
         Box::new(concurrency::ConcurrencyBound::default()),
         Box::new(outcome_truth::OutcomeTruth::default()),
+        Box::new(outcome_kept::OutcomeKept::default()),
         Box::new(keepalive::Keepalive::default()),
         Box::new(permit_leak::PermitLeak::default()),
         Box::new(testimony::Testimony::default()),

@@ -208,7 +208,7 @@ mod tests {
             => &[(NAME, Some(1))];
         permit_never_released_is_a_leak_at_end:
             held().at(9_000).end().build()
-            => &[(NAME, Some(1))];
+            => &[(NAME, Some(1)), ("outcome-kept", Some(1))];
         permits_beyond_concurrency_leak:
             H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job).created(3, TaskKind::Job)
                 .at(10).permit(o(1, 1), 1, 1).permit(o(1, 1), 2, 1).permit(o(1, 1), 3, 1)

@@ -332,17 +332,19 @@ mod tests {
             // The lease ran out at 3010 while the transaction held the row:
             // reclaim must skip it until the transaction ends.
             done(locked()).at(3_100).released(1, 1, o(2, 1)).build()
-            => &[(NAME, Some(1))];
+            // (The failure never committed: outcome-kept's.)
+            => &[(NAME, Some(1)), ("outcome-kept", Some(1))];
         a_rolled_back_transaction_leaves_the_row_free:
             done(locked().at(400).rolled_back(o(1, 1), 1)).at(3_100).released(1, 1, o(2, 1)).build()
-            => PASS;
+            // Rolled back with nothing refused: the failure is lost.
+            => &[("outcome-kept", Some(1))];
         an_open_transaction_told_it_is_closed:
             done(closed(locked(), 400)).build()
             => &[(NAME, None)];
         a_transaction_past_its_timeout_told_it_is_closed_passes:
             // The scenario's txn_timeout_ms is the default 30 s.
             closed(done(locked()), 30_300).build()
-            => PASS;
+            => &[("outcome-kept", Some(1))];
         a_commit_writes_a_row_no_statement_locked:
             done(locked().at(400).in_txn(o(1, 1), 1, true).answer(
                 Sender::Worker(o(1, 1)),

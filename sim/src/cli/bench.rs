@@ -11,8 +11,9 @@ pub struct BenchArgs {
     /// (seeds needed to find each defect) or `coverage` (runs needed to first
     /// reach the rarest coverage points, plain against guided) or `suite`
     /// (all of speed, phases, memory, scaling and time to find, as one table
-    /// and a JSON file). Example: bench suite
-    #[arg(value_parser = ["throughput", "find", "coverage", "suite"])]
+    /// and a JSON file) or `compare` (this build against `--baseline`, side by
+    /// side). Example: bench suite
+    #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare"])]
     pub what: String,
     /// Throughput: the scenario. Example: --scenario swarm
     #[arg(long, default_value = "swarm")]
@@ -57,6 +58,12 @@ pub struct BenchArgs {
     /// Print JSON lines instead of a table. Example: --json
     #[arg(long)]
     pub json: bool,
+    /// Compare: another build of the CLI (e.g. a release build of an older
+    /// commit), run alternately with this one on the same campaign
+    /// (`--scenario`, `--seeds` default 300, `--repeats` default 5, at 1 job
+    /// and at `--jobs`). Example: --baseline /tmp/leasesim-3b4af0f
+    #[arg(long, value_name = "PATH")]
+    pub baseline: Option<std::path::PathBuf>,
     /// Suite: where to write the JSON. Example: --out target/bench-suite.json
     #[arg(long, default_value = "target/bench-suite.json")]
     pub out: std::path::PathBuf,
@@ -70,7 +77,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<i32, String> {
-    let jobs = jobs(args.jobs);
+    let jobs = jobs(args.jobs)?;
     if jobs == 0 || [args.seeds, args.starts, args.cap].contains(&Some(0)) || args.repeats == Some(0) {
         return Err("--jobs, --seeds, --repeats, --starts and --cap must be at least 1".into());
     }
@@ -78,6 +85,12 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         "suite" => suite(&args, jobs),
         "throughput" => throughput(&args, jobs),
         "coverage" => coverage(&args, jobs),
+        "compare" => {
+            let baseline = args.baseline.as_deref().ok_or("--baseline: compare needs the other build's executable")?;
+            let job_counts = if jobs == 1 { vec![1] } else { vec![1, jobs] };
+            let (seeds, repeats) = (args.seeds.unwrap_or(300), args.repeats.unwrap_or(5));
+            super::bench_compare::run(baseline, &args.scenario, seeds, repeats, &job_counts)
+        }
         _ => find(&args, jobs),
     }
 }
@@ -214,6 +227,8 @@ fn suite(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     if args.rss_early_seeds == 0 || args.rss_early_seeds > args.rss_seeds {
         return Err("--rss-early-seeds must be at least 1 and at most --rss-seeds".into());
     }
+    // Refused before the suite's minutes of work, not after them.
+    crate::export::check_output_path(&args.out).map_err(|e| format!("--out: {e}"))?;
     let all = targets("all")?;
     let swarm = targets("swarm")?.remove(0);
     let mut config = crate::bench_suite::SuiteConfig::standard(jobs);

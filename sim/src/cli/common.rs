@@ -47,6 +47,18 @@ pub struct PictureArgs {
 }
 
 impl PictureArgs {
+    /// Refuses, before any run, an output path that is not a new path or a
+    /// regular file (`export::check_output_path`).
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(path) = &self.trace {
+            crate::export::check_output_path(path).map_err(|e| format!("--trace: {e}"))?;
+        }
+        if let Some(path) = &self.svg {
+            crate::export::check_output_path(path).map_err(|e| format!("--svg: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Writes the pictures that were asked for; returns what was written.
     pub fn write(
         &self,
@@ -106,9 +118,24 @@ pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
 }
 
 /// `--jobs`, defaulting to one per core.
-pub fn jobs(arg: Option<usize>) -> usize {
-    arg.unwrap_or_else(crate::fuzz::default_jobs)
+pub fn jobs(arg: Option<usize>) -> Result<usize, String> {
+    let cores = crate::fuzz::default_jobs();
+    // Each job is a thread running one seed's world at a time: more than a
+    // few per core only costs memory and switches.
+    let most = (cores * MAX_JOBS_PER_CORE).max(MIN_MAX_JOBS);
+    match arg {
+        None => Ok(cores),
+        Some(0) => Err("--jobs: must be at least 1".into()),
+        Some(n) if n > most => Err(format!(
+            "--jobs: {n} is more than {most} ({MAX_JOBS_PER_CORE} per core on {cores} cores, or {MIN_MAX_JOBS})"
+        )),
+        Some(n) => Ok(n),
+    }
 }
+
+/// `--jobs` may ask for at most this many jobs per core (or `MIN_MAX_JOBS`).
+const MAX_JOBS_PER_CORE: usize = 8;
+const MIN_MAX_JOBS: usize = 64;
 
 /// The fault plan a run plays, one event a line.
 pub fn print_plan(plan: &crate::faults::FaultPlan) {
@@ -165,14 +192,12 @@ pub fn print_outcome(o: &Outcome) {
 
 /// `--history FILE`: every record of the run, one JSON object a line.
 pub fn write_history(path: &std::path::Path, history: &[crate::history::Record]) -> Result<(), String> {
-    use std::io::Write;
-    let file = std::fs::File::create(path).map_err(|e| format!("--history {}: {e}", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut text = String::new();
     for rec in history {
-        let line = serde_json::to_string(rec).expect("records serialize");
-        writeln!(out, "{line}").map_err(|e| format!("--history {}: {e}", path.display()))?;
+        text.push_str(&serde_json::to_string(rec).expect("records serialize"));
+        text.push('\n');
     }
-    out.flush().map_err(|e| format!("--history {}: {e}", path.display()))
+    crate::export::write_atomic(path, &text).map_err(|e| format!("--history: {e}"))
 }
 
 /// Where a picture beats text: point a failing run at its timeline.
@@ -193,6 +218,11 @@ pub fn run_and_show(
     pictures: &PictureArgs,
     title: impl FnOnce(&Outcome) -> String,
 ) -> Result<Result<(Outcome, Vec<String>), RunError>, String> {
+    // Bad output paths are refused before the run, not after it.
+    pictures.check()?;
+    if let Some(path) = history {
+        crate::export::check_output_path(path).map_err(|e| format!("--history: {e}"))?;
+    }
     let result = match runner::run_world(spec, runner::DEFAULT_WATCHDOG) {
         Ok(result) => result,
         Err(e) => return Ok(Err(e)),

@@ -68,18 +68,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (digits, unit) = text.split_at(split);
     let n: u64 = digits.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n * 1_000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
         _ => return Err(bad()),
+    };
+    let ms = n.checked_mul(unit_ms).filter(|&ms| ms <= MAX_BUDGET_MS);
+    let Some(ms) = ms else {
+        return Err(format!("'{text}': at most {} days", MAX_BUDGET_MS / 86_400_000));
     };
     if ms == 0 {
         return Err(format!("'{text}': the budget must be more than zero"));
     }
     Ok(Duration::from_millis(ms))
 }
+
+/// The longest `--time` budget (30 days): past it, it is a typo.
+const MAX_BUDGET_MS: u64 = 30 * 86_400_000;
 
 pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     let bad = || format!("'{text}' is not a shard K/N with 1 <= K <= N (example: 2/4)");
@@ -102,10 +109,18 @@ struct Saver {
 impl Saver {
     fn new(dir: &Path, command: String) -> Result<Saver, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: cannot create: {e}", dir.display()))?;
-        // Prove the folder is writable before spending any time on seeds.
+        // Prove the folder takes an entry before spending any time on
+        // seeds: an empty file fits on a full disk, an entry's bytes do not.
         let probe = dir.join(format!(".leasesim-probe-{}", std::process::id()));
-        std::fs::write(&probe, b"").map_err(|e| format!("--save {}: not writable: {e}", dir.display()))?;
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&probe)?;
+            file.write_all(&[b'#'; PROBE_BYTES])?;
+            file.sync_all()
+        };
+        let probed = write();
         let _ = std::fs::remove_file(&probe);
+        probed.map_err(|e| format!("--save {}: not writable: {e}", dir.display()))?;
         let mut seen = BTreeSet::new();
         for path in corpus::entries(dir)? {
             if let Ok(entry) = Entry::load(&path) {
@@ -130,6 +145,12 @@ impl Saver {
     }
 }
 
+/// The start-up probe of `--save`: about the size of a saved entry.
+const PROBE_BYTES: usize = 16 * 1024;
+
+/// Exit code of a campaign stopped by Ctrl-C or SIGTERM (after its summary).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
 /// Where guided campaigns save failures when `--save` is not given: every
 /// guided run has an explicit plan that no command line can carry.
 const GUIDED_FAILURES: &str = corpus::FAILURES_DIR;
@@ -148,12 +169,13 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
     } else {
         println!("{header}");
     }
-    let stop = stop_on_ctrl_c();
+    let (stop, interrupted) = stop_on_signals();
     let mut reporter = Reporter {
         bar: progress_bar(&campaign, args.json),
         json: args.json,
         saver,
         save_error: None,
+        unsaved: Vec::new(),
         stop: &stop,
         started: Instant::now(),
         deadline: campaign.deadline,
@@ -166,24 +188,40 @@ pub fn run(args: FuzzArgs) -> Result<i32, String> {
         fuzz::run(&campaign, &stop, |p| reporter.progress(p))
     };
     reporter.finish(&summary);
-    match reporter.save_error {
-        Some(e) => Err(e),
-        None => Ok(exit_code(&summary)),
+    if let Some(e) = &reporter.save_error {
+        // Every failure is in the summary above with its replay line; say
+        // which were not saved, and why. Exit 1: failures were found.
+        eprintln!("error: --save stopped the campaign: {e}");
+        for line in &reporter.unsaved {
+            eprintln!("  not saved: {line}");
+        }
+        return Ok(1);
     }
+    if interrupted.load(Ordering::SeqCst) {
+        eprintln!(
+            "interrupted after {} runs: the summary above covers those only (exit {EXIT_INTERRUPTED})",
+            summary.seeds
+        );
+        return Ok(if summary.failures.is_empty() { EXIT_INTERRUPTED } else { 1 });
+    }
+    Ok(exit_code(&summary))
 }
 
-/// The flag Ctrl-C raises: the campaign stops taking seeds. A second
-/// Ctrl-C ends the process at once.
-fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+/// The flags Ctrl-C or SIGTERM (a CI runner's timeout) raises: the campaign
+/// stops taking seeds, prints its summary and exits 130 (1 if it found a
+/// failure). A second signal ends the process at once.
+fn stop_on_signals() -> (Arc<AtomicBool>, Arc<AtomicBool>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (flag, seen) = (stop.clone(), interrupted.clone());
     let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
+        if seen.swap(true, Ordering::SeqCst) {
+            std::process::exit(EXIT_INTERRUPTED);
         }
+        flag.store(true, Ordering::SeqCst);
         eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
     });
-    stop
+    (stop, interrupted)
 }
 
 /// The campaign the flags describe.
@@ -193,9 +231,6 @@ fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
     }
     if args.seeds.is_none() && args.time.is_none() {
         return Err("--seeds or --time: give a seed count, a time budget, or both".into());
-    }
-    if args.jobs == Some(0) {
-        return Err("--jobs: must be at least 1".into());
     }
     if args.guided && args.faults == FaultsArg::None {
         return Err("--guided: guides fault plans, so it needs --faults swarm".into());
@@ -209,7 +244,7 @@ fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
         targets: targets(&args.scenario)?,
         seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
         deadline: args.time.map(|t| Instant::now() + t),
-        jobs: jobs(args.jobs),
+        jobs: jobs(args.jobs)?,
         plan: args.faults.plan(),
         watchdog: runner::DEFAULT_WATCHDOG,
         defects: args.defects.set(),
@@ -245,6 +280,8 @@ struct Reporter<'a> {
     json: bool,
     saver: Option<Saver>,
     save_error: Option<String>,
+    /// Failures found after saving failed (their replay lines).
+    unsaved: Vec<String>,
     stop: &'a AtomicBool,
     started: Instant,
     deadline: Option<Instant>,
@@ -263,12 +300,17 @@ impl Reporter<'_> {
     fn progress(&mut self, p: Progress<'_>) {
         if let Some(f) = fuzz::failure_of(p.spec, p.last) {
             self.line(f.line(), true);
-            if let Some(saver) = self.saver.as_mut() {
+            if self.save_error.is_some() {
+                // The disk is full or gone: no more tries, but the failure
+                // is kept in the summary and named as unsaved.
+                self.unsaved.push(f.line());
+            } else if let Some(saver) = self.saver.as_mut() {
                 match saver.offer(&f, p.spec) {
                     Ok(Some(path)) => self.line(fuzz::saved_line(&path), false),
                     Ok(None) => {}
                     Err(e) => {
-                        self.save_error.get_or_insert(e);
+                        self.save_error = Some(e);
+                        self.unsaved.push(f.line());
                         self.stop.store(true, Ordering::SeqCst);
                     }
                 }
@@ -281,7 +323,7 @@ impl Reporter<'_> {
                 Some(deadline) => format!(", {} s left", deadline.saturating_duration_since(Instant::now()).as_secs()),
                 None => String::new(),
             };
-            bar.set_message(format!("{rate:.0} seeds/s, {} failures{left}", p.failures));
+            bar.set_message(format!("{rate:.0} runs/s, {} failures{left}", p.failures));
         }
     }
 
@@ -337,6 +379,9 @@ pub fn print_coverage(s: &Summary) {
     for (scenario, missing) in &s.coverage_missing {
         eprintln!("COVERAGE NOT REACHED: {scenario} requires {} (no run reached them)", missing.join(", "));
     }
+    for (scenario, (runs, min_seeds)) in &s.coverage_not_judged {
+        eprintln!("required coverage not judged for {scenario}: {runs} runs, fewer than its min_seeds ({min_seeds})");
+    }
 }
 
 fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBar> {
@@ -361,7 +406,7 @@ fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBa
 
 pub fn print_summary(s: &Summary) {
     println!(
-        "runs: {}  failures: {}  events: {}  sim: {:.0} s  wall: {:.1} s  ({:.1} seeds/s, {:.0} events/s)  peak RSS: {:.0} MiB",
+        "runs: {}  failures: {}  events: {}  sim: {:.0} s  wall: {:.1} s  ({:.1} runs/s, {:.0} events/s)  peak RSS: {:.0} MiB",
         s.seeds,
         s.failures.len(),
         s.events,

@@ -4,10 +4,12 @@
 //!
 //! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang, a
 //! resource limit), 2 bad input (a flag, a file, a name), 3 (`fuzz` only) no
-//! seed failed but a scenario never reached a coverage point it requires.
-//! Errors are one line, naming the input.
+//! seed failed but a scenario never reached a coverage point it requires,
+//! 130 (`fuzz` only) interrupted by Ctrl-C or SIGTERM before any failure
+//! (after its summary). Errors are one line, naming the input.
 
 mod bench;
+mod bench_compare;
 mod bench_suite;
 mod common;
 mod fuzz;
@@ -32,6 +34,11 @@ pub enum Command {
     /// Example: cargo sim run --scenario swarm --seed 7 --json
     Run(run::RunArgs),
     /// Run many seeds in parallel; exit 1 if any seed failed.
+    ///
+    /// Exit codes: 0 every seed passed; 1 a seed failed (or --save could not
+    /// write an entry: the summary still lists every failure); 2 bad input; 3
+    /// a required coverage point was never reached; 130 interrupted (Ctrl-C or
+    /// SIGTERM) before any failure, after printing the summary.
     ///
     /// Example: cargo sim fuzz --scenario all --seeds 2000 --jobs 2 --json
     Fuzz(fuzz::FuzzArgs),

@@ -30,6 +30,9 @@ pub fn run(args: ShrinkArgs) -> Result<i32, String> {
     if entry.expect == "pass" {
         return Err(format!("{}: expect: a passing entry has nothing to shrink", args.file.display()));
     }
+    if args.budget == 0 {
+        return Err("--budget: must be at least 1 (the first run checks that the entry fails as saved)".into());
+    }
     let spec = entry.spec(&args.file)?;
     let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
     let mut shrinker = Shrinker {
@@ -50,15 +53,25 @@ pub fn run(args: ShrinkArgs) -> Result<i32, String> {
     let small = shrinker.shrink(case);
     let after = small.size();
     println!("after:  {}", show(after));
-    println!("runs: {}", shrinker.runs);
+    let stopped = shrinker.runs >= shrinker.budget;
+    if stopped {
+        println!(
+            "runs: {} (stopped at its budget: a smaller case may exist; --budget {} tries longer)",
+            shrinker.runs,
+            shrinker.budget * 2
+        );
+    } else {
+        println!("runs: {} (nothing smaller fails the same way)", shrinker.runs);
+    }
     let shrunk = Entry {
         comment: format!(
-            "Shrunk from {} ({} -> {}) in {} runs. {}",
+            "Shrunk from {} ({} -> {}) in {} runs{}; violates {}.",
             args.file.display(),
             show(before),
             show(after),
             shrinker.runs,
-            entry.comment
+            if stopped { ", stopped at its budget" } else { "" },
+            entry.expect
         ),
         scenario: entry.scenario.clone(),
         seed: entry.seed,

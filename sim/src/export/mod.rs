@@ -29,6 +29,7 @@ use std::path::Path;
 /// folder, then a rename over `path`. The error is one line naming the path.
 pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
     use std::io::Write;
+    check_output_path(path)?;
     let name = path.file_name().and_then(|n| n.to_str()).filter(|n| !n.is_empty());
     let Some(name) = name else {
         return Err(format!("{}: not a file path", path.display()));
@@ -45,6 +46,39 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
         let _ = std::fs::remove_file(&tmp);
         format!("{}: cannot write: {e}", path.display())
     })
+}
+
+/// May an output file be written at `path`? Only a new path or an existing
+/// regular file: a symlink, a device (`/dev/full`, `/dev/null`), a FIFO, a
+/// socket or a directory is refused, since writing a file there replaces
+/// what the user never asked to replace. Checked before any work too, so a
+/// bad path costs no run.
+pub fn check_output_path(path: &Path) -> Result<(), String> {
+    let name = path.file_name().and_then(|n| n.to_str()).filter(|n| !n.is_empty());
+    if name.is_none() {
+        return Err(format!("{}: not a file path", path.display()));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!("{}: no directory {} to write it in", path.display(), parent.display()));
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: cannot look at it: {e}", path.display())),
+    };
+    let file_type = meta.file_type();
+    if file_type.is_file() {
+        return Ok(());
+    }
+    let what = if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file (a device, a FIFO or a socket)"
+    };
+    Err(format!("{}: is {what}; refusing to replace it (name a regular file or a new path)", path.display()))
 }
 
 /// What a span shows.
@@ -869,7 +903,8 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::testkit::{history, o, violations};
-    use super::{parse_process, timeline, write_atomic, Cut, MarkKind, SpanKind};
+    use super::{check_output_path, parse_process, timeline, write_atomic, Cut, MarkKind, SpanKind};
+    use std::path::Path;
 
     #[test]
     fn parse_process_reads_owner_and_proc_names() {
@@ -933,6 +968,29 @@ mod tests {
         let err = write_atomic(&missing, "x").unwrap_err();
         assert!(err.contains(&missing.display().to_string()), "{err}");
         assert!(!err.contains('\n'), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn output_paths_that_are_not_regular_files_are_refused() {
+        let dir = std::env::temp_dir().join(format!("leasesim-export-refuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("kept.txt");
+        std::fs::write(&target, "kept").unwrap();
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for (path, what) in [
+            (link.as_path(), "a symbolic link"),
+            (dir.as_path(), "a directory"),
+            (Path::new("/dev/null"), "not a regular file"),
+        ] {
+            let err = write_atomic(path, "x").unwrap_err();
+            assert!(err.contains(what) && err.contains(&path.display().to_string()), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept", "the link's target is untouched");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
+        assert!(check_output_path(&dir.join("new.svg")).is_ok() && check_output_path(&target).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -184,24 +184,40 @@ pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
 /// Runs the world on a fresh thread; returns the raw world result.
 pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunError> {
+    run_watched(spec, watchdog, |_, result| result)
+}
+
+/// Runs the world on a fresh thread, then `after` on its result on the
+/// same thread, both under one watchdog: a seed's whole cost (the world and
+/// its judgement) is bounded, and a seed past it is a hang.
+fn run_watched<T: Send + 'static>(
+    spec: &RunSpec,
+    watchdog: Duration,
+    after: impl FnOnce(&RunSpec, WorldResult) -> T + Send + 'static,
+) -> Result<T, RunError> {
     let (tx, rx) = mpsc::channel();
     let world_spec = spec.world_spec();
     let engine = spec.engine();
     let seed = spec.seed;
     let log_filter = spec.log_filter.clone();
+    let owned_spec = spec.clone();
     let thread = std::thread::Builder::new()
         .name(format!("seed-{seed}"))
         .stack_size(16 << 20)
         .spawn(move || {
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-                match log_filter {
+                let world = match log_filter {
                     Some(filter) => {
                         let _guard = crate::logs::install(&filter);
                         rt.block_on(engine.run(world_spec, seed))
                     }
                     None => rt.block_on(engine.run(world_spec, seed)),
-                }
+                };
+                // The runtime is dropped first: its nodes and their tasks
+                // are freed before the (long) judgement.
+                drop(rt);
+                after(&owned_spec, world)
             }));
             let _ = tx.send(result.map_err(|payload| match payload.downcast_ref::<crate::history::LimitExceeded>() {
                 Some(limit) => RunError::Limit(format!("the history passed {} records", limit.records)),
@@ -221,8 +237,7 @@ pub fn run_world(spec: &RunSpec, watchdog: Duration) -> Result<WorldResult, RunE
 
 /// Runs one seed and judges it.
 pub fn run_seed(spec: &RunSpec, watchdog: Duration) -> Result<Outcome, RunError> {
-    let result = run_world(spec, watchdog)?;
-    Ok(judge(spec, &result))
+    run_watched(spec, watchdog, |spec, result| judge(spec, &result))
 }
 
 /// Checks a world result against every invariant and builds the outcome.

@@ -389,8 +389,12 @@ pub mod ranges {
 
     /// More worker processes than this is not a world one seed can run.
     pub const WORKERS: Range = Range::count(1, 64);
-    /// Tasks or groups of one kind a workload enqueues.
-    pub const TASKS: Range = Range::count(0, 100_000);
+    /// Tasks or groups of one kind a workload enqueues. A seed with ten
+    /// thousand tasks already takes seconds to judge; more would not fit a
+    /// seed's watchdog.
+    pub const TASKS: Range = Range::count(0, 10_000);
+    /// Tasks and groups of every kind together.
+    pub const ALL_TASKS: u64 = 10_000;
     /// Stages of one pipeline, workflow tasks of one run.
     pub const PER_GROUP: Range = Range::count(0, 1_000);
     /// Any duration of the world, a phase, a bound or a fault limit.
@@ -508,6 +512,10 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {
         return Err("workload: enqueues nothing".into());
+    }
+    let all = u64::from(total) + u64::from(w.after_heal_index_builds) + u64::from(w.after_heal_jobs);
+    if all > ranges::ALL_TASKS {
+        return Err(format!("workload: {all} tasks and groups in all; at most {} fit one seed", ranges::ALL_TASKS));
     }
     Ok(())
 }

@@ -19,6 +19,10 @@ pub use leasesim_vocab::faults::FaultKind;
 /// `magnitude_ms` of a hold that lasts until the heal.
 pub const UNTIL_HEAL: i64 = -1;
 
+/// The largest `magnitude_ms` of a plan's event (a day): a longer hold or
+/// delay outlasts every phase, a longer clock offset is no longer skew.
+pub const MAX_MAGNITUDE_MS: u64 = crate::ranges::DAY_MS;
+
 /// One fault in a plan. Fields a kind does not use are zero / `None`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +46,7 @@ pub struct FaultEvent {
 
 impl FaultEvent {
     pub fn end_ms(&self) -> u64 {
-        self.at_ms + self.for_ms
+        self.at_ms.saturating_add(self.for_ms)
     }
 
     /// Is the window of this event open at `now_ms`?
@@ -92,6 +96,30 @@ impl FaultPlan {
     pub fn validate(&self, workers: u32, fault_phase_ms: u64) -> Result<(), String> {
         for (i, e) in self.events.iter().enumerate() {
             let at = format!("plan[{i}]");
+            // The world plays a plan in its order: events out of time order
+            // would give another run than the same events sorted.
+            if let Some(before) = i.checked_sub(1).map(|j| &self.events[j]) {
+                if (e.at_ms, e.kind) < (before.at_ms, before.kind) {
+                    return Err(format!(
+                        "{at}.at_ms: {} ms comes before plan[{}] ({} ms, {}); list events in time order",
+                        e.at_ms,
+                        i - 1,
+                        before.at_ms,
+                        before.kind
+                    ));
+                }
+            }
+            let magnitude_ok = match e.kind {
+                // A skew either way, up to a day; more is no longer skew.
+                FaultKind::ClockOffset => e.magnitude_ms.unsigned_abs() <= MAX_MAGNITUDE_MS,
+                _ => e.magnitude_ms == UNTIL_HEAL || (0..=MAX_MAGNITUDE_MS as i64).contains(&e.magnitude_ms),
+            };
+            if !magnitude_ok {
+                return Err(format!(
+                    "{at}.magnitude_ms: {} is out of range (0 to {MAX_MAGNITUDE_MS} ms, -1 for until the heal; a clock offset may be negative)",
+                    e.magnitude_ms
+                ));
+            }
             if e.end_ms() > fault_phase_ms {
                 return Err(format!("{at}: ends at {} ms, after the fault phase ({fault_phase_ms} ms)", e.end_ms()));
             }
