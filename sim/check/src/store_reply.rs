@@ -185,12 +185,14 @@ impl Judge<'_> {
     /// and none is left behind while the claim had room.
     fn claim_order(&self, max: u32) -> Option<String> {
         let view = &self.ctx.view;
-        // A task in a named queue another task holds is not claimable now.
+        // A task in a named queue another task holds is not claimable now,
+        // nor a row an open transaction locked (claims skip locked rows).
         let mut due: Vec<(u64, TaskId)> = view
             .ready
             .iter()
             .filter_map(|&id| view.task(id).map(|t| &t.row))
             .filter(|row| row.state == TaskState::Ready && row.retry_at_ms <= self.now && !view.queue_held(row))
+            .filter(|row| !view.locked_at(row.id, self.now))
             .map(|row| (row.retry_at_ms, row.id))
             .collect();
         due.sort_unstable();

@@ -455,9 +455,13 @@ impl View {
             Op::ClearStageLink { fence } => fence,
             _ => return,
         };
-        // A write locks the row its fence selected (not a done row a
-        // completion's retry reads); a lease check, the row it found valid.
-        let selected = self.tasks.get(&fence.task).is_some_and(|t| t.held_by(fence));
+        // A write the store answered "applied" locks the row it matched (not
+        // a done row a completion's retry reads), even a row its fence should
+        // not have matched: the store holds that lock whether or not it
+        // should (fenced-completion judges the stale write at its commit),
+        // and skips the row meanwhile. A lease check locks the row it found
+        // valid.
+        let selected = self.tasks.get(&fence.task).is_some_and(|t| t.held_by(fence) || !t.terminal());
         let locked = match response {
             Response::Valid { valid } => *valid,
             Response::Applied { .. } => selected,
