@@ -8,7 +8,7 @@
 //! the way in for simulation tests written in Rust (see the `api` module).
 
 #[cfg(not(madsim))]
-compile_error!("leasesim-sim needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?");
+compile_error!("leasesim-sim needs `--cfg madsim`: set `[build] rustflags = [\"--cfg\", \"madsim\"]` in .cargo/config.toml (this repository's does), and no RUSTFLAGS variable, which overrides it even when empty");
 
 pub mod api;
 pub mod bench;

@@ -60,8 +60,22 @@ pub enum Command {
     Shrink(shrink::ShrinkArgs),
 }
 
+/// A seed that hits the record cap unwinds with `LimitExceeded`, which the
+/// runner turns into a tidy `resource-limit` failure: the default hook's
+/// "Box<dyn Any>" and backtrace for it would only be noise. Every other
+/// panic is printed as before.
+fn quiet_resource_limits() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<crate::history::LimitExceeded>().is_none() {
+            default(info);
+        }
+    }));
+}
+
 /// Parses the command line and runs the verb; returns the exit code.
 pub fn main() -> i32 {
+    quiet_resource_limits();
     crate::engines();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

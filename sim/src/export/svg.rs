@@ -405,6 +405,36 @@ fn run_marks(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Vi
 
 /// The violations in words, one a line, under the chart; returns the y of
 /// the last line.
+/// `text` in lines of at most `width` characters, broken at spaces (a word
+/// longer than a line is split).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        while word.len() > width {
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.drain(..width).collect());
+        }
+        let word: String = word.into_iter().collect();
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 fn violation_list(svg: &mut Svg, violations: &[Violation], top: f64) -> f64 {
     let mut y = top;
     svg.open_group("violations");
@@ -417,16 +447,12 @@ fn violation_list(svg: &mut Svg, violations: &[Violation], top: f64) -> f64 {
         let max_chars = ((WIDTH - 32.0) / (11.0 * 0.6)) as usize;
         for (i, v) in violations.iter().enumerate() {
             let full = violation_text(i, v);
-            let one_line = full.replace('\n', " ");
-            let shown = if one_line.chars().count() > max_chars {
-                let mut s: String = one_line.chars().take(max_chars.saturating_sub(1)).collect();
-                s.push('…');
-                s
-            } else {
-                one_line
-            };
-            svg.text(16.0, y, 11.0, &format!(r#"fill="{VIOLATION}""#), &shown, Some(&full));
-            y += 15.0;
+            // Wrapped at word boundaries, never cut: the message is the
+            // finding.
+            for line in wrap(&full.replace('\n', " "), max_chars) {
+                svg.text(16.0, y, 11.0, &format!(r#"fill="{VIOLATION}""#), &line, Some(&full));
+                y += 15.0;
+            }
         }
     }
     svg.text(16.0, y + 4.0, 10.0, r##"fill="#777""##, "Hover a bar or mark for its details.", None);
@@ -1000,6 +1026,16 @@ fn draw_attempts(svg: &mut Svg, scale: &Scale, placed: &[Placed], top: f64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn long_messages_wrap_and_keep_every_word() {
+        let text =
+            "t4: complete by attempt 1 (p3.1) changed the store at 101904 ms while attempt 2 (p2.15) holds the task";
+        let lines = super::wrap(text, 30);
+        assert!(lines.len() > 1 && lines.iter().all(|l| l.chars().count() <= 30), "{lines:?}");
+        assert_eq!(lines.join(" "), text, "nothing cut");
+        assert_eq!(super::wrap("abcdefgh", 3), ["abc", "def", "gh"]);
+    }
+
     use super::super::testkit::{history, violations};
     use super::{esc, svg_timeline, tick_label, tick_step};
 

@@ -9,7 +9,7 @@
 
 #[cfg(not(madsim))]
 compile_error!(
-    "leasesim-world needs `--cfg madsim` (set by .cargo/config.toml); is RUSTFLAGS set in your environment?"
+    "leasesim-world needs `--cfg madsim`: set `[build] rustflags = [\"--cfg\", \"madsim\"]` in .cargo/config.toml (this repository's does), and no RUSTFLAGS variable, which overrides it even when empty"
 );
 
 pub mod engine;
