@@ -501,6 +501,35 @@ mod tests {
                 .at(10).grant(2, 1, o(1, 1))
                 .build()
             => &[(NAME, Some(2))];
+        claim_skips_a_row_a_stale_statement_locked:
+            // t1's lease ran out and p2 reclaimed it; p1.1's stale failure,
+            // in an open transaction, was answered "applied" (a store that
+            // fences wrongly): the store holds t1's row lock, so a claim
+            // that passes over t1 for t2 is right to. (b-machines seed 331
+            // with unfenced-completion.)
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1))
+                .created(1, TaskKind::WorkflowTask).created(2, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_100).released(1, 1, o(2, 1))
+                .at(3_200).in_txn(o(1, 1), 1, false).answer(
+                    Sender::Worker(o(1, 1)),
+                    Op::ClearStageLink { fence: fence(1, 1, o(1, 1)) },
+                    Response::Applied { retries: 0, retry_at_ms: None },
+                    vec![],
+                    &[],
+                )
+                .at(3_300).grant(2, 1, o(2, 1))
+                .build()
+            // (A statement for an attempt whose body never ran: outcome-truth's.)
+            => &[("outcome-truth", Some(1))];
+        claim_passes_over_a_released_row_nobody_locked:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1))
+                .created(1, TaskKind::WorkflowTask).created(2, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_100).released(1, 1, o(2, 1))
+                .at(3_300).grant(2, 1, o(2, 1))
+                .build()
+            => &[(NAME, Some(2))];
         claim_leaves_a_due_task_behind:
             // Asked for two with two due, granted one.
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
