@@ -199,13 +199,7 @@ pub fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
 pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
     let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(entry.to_toml().as_bytes())?;
-        file.sync_all()
-    };
-    if let Err(e) = write() {
+    if let Err(e) = crate::export::write_synced(&tmp, entry.to_toml().as_bytes()) {
         // A full disk leaves no partial temp file behind, and the error
         // names the entry, not a hidden temp file.
         let _ = std::fs::remove_file(&tmp);

@@ -112,13 +112,7 @@ impl Saver {
         // Prove the folder takes an entry before spending any time on
         // seeds: an empty file fits on a full disk, an entry's bytes do not.
         let probe = dir.join(format!(".leasesim-probe-{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut file = std::fs::File::create(&probe)?;
-            file.write_all(&[b'#'; PROBE_BYTES])?;
-            file.sync_all()
-        };
-        let probed = write();
+        let probed = crate::export::write_synced(&probe, &[b'#'; PROBE_BYTES]);
         let _ = std::fs::remove_file(&probe);
         probed.map_err(|e| format!("--save {}: not writable: {e}", dir.display()))?;
         let mut seen = BTreeSet::new();

@@ -25,10 +25,18 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Creates `path` with `bytes`, on disk before it returns (a full disk
+/// shows here, not later).
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
 /// Writes `contents` to `path` atomically: a temporary file in the same
 /// folder, then a rename over `path`. The error is one line naming the path.
 pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
-    use std::io::Write;
     check_output_path(path)?;
     let name = path.file_name().and_then(|n| n.to_str()).filter(|n| !n.is_empty());
     let Some(name) = name else {
@@ -36,10 +44,7 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
     };
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(contents.as_bytes())?;
-        file.sync_all()?;
-        drop(file);
+        write_synced(&tmp, contents.as_bytes())?;
         std::fs::rename(&tmp, path)
     };
     write().map_err(|e| {
