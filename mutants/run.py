@@ -11,6 +11,7 @@ figures would mean nothing.
     python3 mutants/run.py                      # every mutant, 200 seeds, all scenarios
     python3 mutants/run.py --only stage-order --seeds 50
     python3 mutants/run.py --check              # only check that every entry still applies
+    python3 mutants/run.py --catalog mutants/held-out.toml   # the held-out set, measured once
 
 Results go to stdout as a table and, with --json FILE, as JSON. The scratch
 copy lives in target/mutants/ (its own target dir, so builds are incremental).
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "mutants" / "catalog.toml"
 
 
-def load_catalog():
-    with open(CATALOG, "rb") as f:
+def load_catalog(path=CATALOG):
+    with open(path, "rb") as f:
         return tomllib.load(f)["mutant"]
 
 
@@ -88,6 +89,8 @@ def campaign(tree, target_dir, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--catalog", default=str(CATALOG),
+                   help="the mutants to run (default mutants/catalog.toml; mutants/held-out.toml is the held-out set)")
     p.add_argument("--seeds", type=int, default=200)
     p.add_argument("--scenario", default="all")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -97,7 +100,7 @@ def main():
     p.add_argument("--skip-baseline", action="store_true", help="do not run the unpatched engine first")
     args = p.parse_args()
 
-    mutants = load_catalog()
+    mutants = load_catalog(Path(args.catalog))
     problems = check_applies(ROOT, mutants)
     if problems:
         print("\n".join(problems), file=sys.stderr)

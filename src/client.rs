@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Sends of one enqueue, at most (the first and its retries).
-const ENQUEUE_SENDS: u32 = 3;
+pub const ENQUEUE_SENDS: u32 = 3;
 
 pub struct Client<T> {
     transport: T,

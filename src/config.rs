@@ -293,8 +293,10 @@ impl EngineConfig {
         max_retries: Range::count(0, u32::MAX as u64),
         // 0 means a pass that does its store work at once.
         maintenance_work_ms: Range::ms(0, DAY_MS),
-        // A lease of 0 ms is expired when granted; no real lease is a month.
-        lease_ttl_ms: Range::ms(1, MAX_DURATION_MS),
+        // A lease shorter than 100 ms expires before one store round trip
+        // could renew it (every grant is a revocation in waiting); no real
+        // lease is a month.
+        lease_ttl_ms: Range::ms(100, MAX_DURATION_MS),
     };
 }
 

@@ -25,7 +25,8 @@ fn check(path: &Path) -> Result<(), String> {
             };
         }
     };
-    entry.verify(&outcome).map_err(|e| format!("{}: {e}\n  replay: {replay}", path.display()))
+    entry.verify(&outcome).map_err(|e| format!("{}: {e}\n  replay: {replay}", path.display()))?;
+    entry.verify_comment(&outcome).map_err(|e| format!("{}: {e}\n  replay: {replay}", path.display()))
 }
 
 #[test]
@@ -98,4 +99,54 @@ fn malformed_entries_name_the_field() {
         assert!(err.contains(field), "error for {text:?} does not name `{field}`: {err}");
         assert!(!err.contains('\n'), "not one line: {err}");
     }
+}
+
+/// Every corpus entry a help text or a document names exists: a user who
+/// copies an example gets a run, not "cannot read".
+#[test]
+fn every_entry_the_help_and_the_docs_name_exists() {
+    let root = corpus_dir().join("..");
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for verb in ["run", "fuzz", "replay", "shrink", "bench", "list"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasesim"))
+            .args([verb, "--help"])
+            .output()
+            .expect("run leasesim --help");
+        texts.push((format!("leasesim {verb} --help"), String::from_utf8_lossy(&out.stdout).into_owned()));
+    }
+    for doc in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "corpus/README.md",
+        "docs/real-bugs.md",
+        "docs/findings/graphile-worker.md",
+        "docs/design.md",
+        "docs/trace-changes.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
+        texts.push((doc.to_string(), text));
+    }
+    let mut missing = Vec::new();
+    let mut named = 0;
+    for (source, text) in &texts {
+        for (i, _) in text.match_indices("corpus/") {
+            // `new-corpus/...` in an example is the user's folder, not ours.
+            if text[..i].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                continue;
+            }
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.'))
+                .collect();
+            let Some(name) = name.strip_suffix('.').or(Some(name.as_str())).filter(|n| n.ends_with(".toml")) else {
+                continue;
+            };
+            named += 1;
+            if !root.join(name).is_file() {
+                missing.push(format!("{source}: {name}"));
+            }
+        }
+    }
+    assert!(named >= 5, "only {named} entries named");
+    assert!(missing.is_empty(), "named but not in the corpus:\n{}", missing.join("\n"));
 }

@@ -308,7 +308,7 @@ fn completion_always_applies(_: Option<Owner>, req: Request, send: Call) -> Answ
 
 /// The client sends an enqueue again when the first answer does not come
 /// within a second, under a fresh idempotency key.
-fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> Answer {
+fn enqueue_rekeyed(from: Option<Owner>, req: Request, send: Call) -> Answer {
     Box::pin(async move {
         let Request::Enqueue { spec, key } = req else { return send(req).await };
         if from.is_some() {
@@ -321,6 +321,22 @@ fn enqueue_retried(from: Option<Owner>, req: Request, send: Call) -> Answer {
             _ = tokio::time::sleep(Duration::from_millis(1_000)) => {
                 send(Request::Enqueue { spec, key: key.map(|k| k ^ 1 << 63) }).await
             }
+        }
+    })
+}
+
+/// The client gives up on an enqueue at the first conflict, or when its
+/// answer takes two seconds, as if either were final: the contract says it
+/// sends again (with its key) on both.
+fn enqueue_gives_up(from: Option<Owner>, req: Request, send: Call) -> Answer {
+    Box::pin(async move {
+        if from.is_some() || !matches!(req, Request::Enqueue { .. }) {
+            return send(req).await;
+        }
+        let given_up = Ok(Response::Rejected { reason: leasesim::proto::Rejection::Missing });
+        match tokio::time::timeout(Duration::from_millis(2_000), send(req)).await {
+            Ok(Ok(Response::Rejected { reason: leasesim::proto::Rejection::Conflict })) | Err(_) => given_up,
+            Ok(answer) => answer,
         }
     })
 }
@@ -423,7 +439,8 @@ fitness! {
     no_resurrection: "no-resurrection" in "b-machines" by UnguardedStages { done_too: true }, within 20;
     stage_order: "stage-order" in "b-machines" by UnguardedStages { done_too: false }, within 20;
     exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
-    enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_retried), within 40;
+    enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_rekeyed), within 40;
+    enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
     query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;

@@ -245,7 +245,7 @@ impl Simulation {
             let failure = fuzz::failure_of(p.spec, p.last).map(|f| self.replayable(f));
             let saved = match (&failure, &self.save) {
                 (Some(f), Some(dir)) => {
-                    let comment = format!("found by a simulation test (leasesim_sim::Simulation): {}", f.message);
+                    let comment = format!("found by a simulation test, `leasesim_sim::Simulation`: {}", f.message);
                     Some(corpus::save_failure(dir, p.spec, &f.invariant, comment))
                 }
                 _ => None,

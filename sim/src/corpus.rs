@@ -72,6 +72,9 @@ impl Entry {
     pub fn parse(text: &str) -> Result<Entry, String> {
         crate::engines();
         let entry: Entry = scenario::from_toml(text)?;
+        if entry.scenario.is_empty() || entry.scenario.len() > 4096 {
+            return Err("scenario: a built-in scenario's name or a scenario file's path (1 to 4096 bytes)".into());
+        }
         if !expectations().contains(&entry.expect.as_str()) {
             return Err(format!("expect: unknown expectation '{}' (pass, panic, hang or an invariant)", entry.expect));
         }
@@ -176,6 +179,33 @@ impl Entry {
             }
         }
         Ok(())
+    }
+
+    /// The violation message a failure entry's comment quotes: what follows
+    /// its last "`: " (how `fuzz --save` writes "Found by `COMMAND`:
+    /// MESSAGE"). `None` for a pass entry or a comment that quotes nothing.
+    pub fn quoted_violation(&self) -> Option<&str> {
+        if self.expect == "pass" {
+            return None;
+        }
+        self.comment.rsplit_once("`: ").map(|(_, quote)| quote.trim())
+    }
+
+    /// Does the comment still quote what the run reports? A comment is
+    /// written from the run it was saved from; when the run moves (a trace
+    /// change, a shrink), the quote must be regenerated, or the entry
+    /// describes a moment that no longer happens.
+    pub fn verify_comment(&self, outcome: &Outcome) -> Result<(), String> {
+        let Some(quote) = self.quoted_violation() else { return Ok(()) };
+        let now: Vec<&str> =
+            outcome.violations.iter().filter(|v| v.invariant == self.expect).map(|v| v.message.as_str()).collect();
+        if now.contains(&quote) {
+            return Ok(());
+        }
+        Err(format!(
+            "the comment quotes \"{quote}\" but the run now reports \"{}\" (regenerate the comment)",
+            now.first().copied().unwrap_or("nothing")
+        ))
     }
 
     pub fn to_toml(&self) -> String {

@@ -77,6 +77,18 @@ impl Shrinker {
         }
     }
 
+    /// What `case` reports for the invariant (its first violation's message),
+    /// for the shrunk entry's comment; a run outside the budget.
+    pub fn message(&self, case: &Case) -> Option<String> {
+        let spec = RunSpec::new(Arc::new(case.scenario.clone()), case.scenario.name.clone(), self.seed)
+            .with_plan(PlanSource::Explicit(case.plan.clone()))
+            .with_defects(self.defects.iter());
+        match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
+            Ok(o) => o.violations.into_iter().find(|v| v.invariant == self.invariant).map(|v| v.message),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
     /// Shrinks `case` (which must fail) as far as the budget allows.
     pub fn shrink(&mut self, mut case: Case) -> Case {
         loop {

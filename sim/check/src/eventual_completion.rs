@@ -47,7 +47,11 @@ impl EventualCompletion {
     fn judge_tasks(&mut self, end_ms: u64, heal: u64, due: bool, ctx: &Ctx, out: &mut Vec<Violation>) {
         let bound = ctx.spec.bounds.completion_bound_ms;
         for (&id, t) in &ctx.view.tasks {
-            self.evaluations += 1;
+            // A run that ends before the bound is due judges no task's
+            // completion (only orphan stages): it is not counted as judged.
+            if due {
+                self.evaluations += 1;
+            }
             if t.terminal() {
                 continue;
             }
@@ -55,6 +59,9 @@ impl EventualCompletion {
                 .then(|| t.stage())
                 .flatten()
                 .and_then(|s| ctx.view.stages.get(&s).and_then(|v| v.done).map(|(at, _)| (s, at)));
+            if orphan_of.is_some() && !due {
+                self.evaluations += 1;
+            }
             if orphan_of.is_none() && abandoned_by_design(t, ctx) {
                 continue;
             }

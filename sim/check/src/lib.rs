@@ -22,6 +22,7 @@ mod claim_progress;
 mod concurrency;
 pub mod coverage;
 mod enqueue_once;
+mod enqueue_retried;
 mod eventual_completion;
 mod exactly_once;
 mod execution;
@@ -178,6 +179,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(stage_order::StageOrder::default()),
         Box::new(exactly_once::ExactlyOnce::default()),
         Box::new(enqueue_once::EnqueueOnce::default()),
+        Box::new(enqueue_retried::EnqueueRetried::default()),
         Box::new(store_reply::StoreReply::default()),
         Box::new(transactions::Transactions::default()),
         Box::new(query_truth::QueryTruth::default()),

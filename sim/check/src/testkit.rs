@@ -56,6 +56,11 @@ pub fn promises() -> Promises {
         recovery_delay_ms: 2_000,
         claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
         statement_time: leasesim_vocab::promise::StatementTime::Commit,
+        enqueue_retry: Some(leasesim_vocab::promise::EnqueueRetry {
+            sends: 3,
+            send_timeout_ms: 10_000,
+            retry_on: vec![leasesim_vocab::op::Refusal::Conflict],
+        }),
     }
 }
 
@@ -342,6 +347,19 @@ impl H {
                 })],
             )
             .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Enqueued { task: Some(task) } })
+    }
+    /// The client enqueues a job, every one of its `sends` is lost at the
+    /// store seam, and it is told the call failed: the contract kept.
+    pub fn enqueue_given_up(mut self, sends: u32) -> Self {
+        let call = self.call();
+        let spec =
+            TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0, queue: None };
+        let mut h = self.fact(Fact::ClientCalled { call, what: ClientCall::Enqueue { spec: spec.clone() } });
+        for _ in 0..sends {
+            let (next, req) = h.arrive(Sender::Client(call), Op::Enqueue { spec: spec.clone(), key: Some(call) });
+            h = next.fact(Fact::Dropped { req });
+        }
+        h.fact(Fact::ClientAnswered { call, answer: ClientAnswer::Enqueued { task: None } })
     }
     /// The client creates a pipeline of `stages` stages.
     pub fn pipeline(mut self, pipeline: u64, stages: u32) -> Self {
@@ -735,6 +753,7 @@ fn every_checker_evaluates_a_plain_history() {
         .failed(5, 1, p1, 1, Some(7_800))
         .unpermit(p1, 5, 1)
         .attempt_ok(7_800, 5, 2, p1)
+        .enqueue_given_up(3)
         .at(20_000)
         .heartbeat(p1)
         .end()

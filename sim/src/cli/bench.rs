@@ -78,8 +78,15 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<i32, String> {
     let jobs = jobs(args.jobs)?;
-    if jobs == 0 || [args.seeds, args.starts, args.cap].contains(&Some(0)) || args.repeats == Some(0) {
-        return Err("--jobs, --seeds, --repeats, --starts and --cap must be at least 1".into());
+    let counts = [("--seeds", args.seeds), ("--starts", args.starts), ("--cap", args.cap)];
+    if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
+        return Err(format!("{flag}: must be at least 1"));
+    }
+    if args.repeats == Some(0) {
+        return Err("--repeats: must be at least 1".into());
+    }
+    if let Some(on) = &args.on {
+        targets(on).map_err(|e| format!("--on: {e}"))?;
     }
     match args.what.as_str() {
         "suite" => suite(&args, jobs),
@@ -228,7 +235,7 @@ fn suite(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
         return Err("--rss-early-seeds must be at least 1 and at most --rss-seeds".into());
     }
     // Refused before the suite's minutes of work, not after them.
-    crate::export::check_output_path(&args.out).map_err(|e| format!("--out: {e}"))?;
+    crate::export::check_writable_output(&args.out).map_err(|e| format!("--out: {e}"))?;
     let all = targets("all")?;
     let swarm = targets("swarm")?.remove(0);
     let mut config = crate::bench_suite::SuiteConfig::standard(jobs);

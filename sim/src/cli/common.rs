@@ -44,17 +44,46 @@ pub struct PictureArgs {
     /// bars, faults, the heal and the violation marked. Example: --svg run.svg
     #[arg(long, value_name = "FILE.svg")]
     pub svg: Option<std::path::PathBuf>,
+    /// The SVG timeline starts here (simulated time: 215562ms, 215s, 3m; a
+    /// bare number is ms), so a long run's moment fills the width. Example: --from 200s
+    #[arg(long, value_name = "TIME", value_parser = parse_instant_ms, requires = "svg")]
+    pub from: Option<u64>,
+    /// The SVG timeline ends here (as --from; past the run's end is the end).
+    /// Example: --to 230s
+    #[arg(long, value_name = "TIME", value_parser = parse_instant_ms, requires = "svg")]
+    pub to: Option<u64>,
+}
+
+/// A simulated instant: `215562ms`, `215s`, `3m`, or a bare number of ms.
+pub fn parse_instant_ms(text: &str) -> Result<u64, String> {
+    let bad = || format!("'{text}' is not a simulated time (examples: 215562ms, 215s, 3m)");
+    let (digits, unit_ms) = if let Some(d) = text.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = text.strip_suffix('s') {
+        (d, 1000)
+    } else if let Some(d) = text.strip_suffix('m') {
+        (d, 60_000)
+    } else {
+        (text, 1)
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(unit_ms).filter(|&ms| ms <= leasesim_world::ranges::MAX_DURATION_MS).ok_or_else(bad)
 }
 
 impl PictureArgs {
     /// Refuses, before any run, an output path that is not a new path or a
     /// regular file (`export::check_output_path`).
     pub fn check(&self) -> Result<(), String> {
+        if let (Some(from), Some(to)) = (self.from, self.to) {
+            if to <= from {
+                return Err(format!("--to: {to} ms is not after --from ({from} ms)"));
+            }
+        }
         if let Some(path) = &self.trace {
-            crate::export::check_output_path(path).map_err(|e| format!("--trace: {e}"))?;
+            crate::export::check_writable_output(path).map_err(|e| format!("--trace: {e}"))?;
         }
         if let Some(path) = &self.svg {
-            crate::export::check_output_path(path).map_err(|e| format!("--svg: {e}"))?;
+            crate::export::check_writable_output(path).map_err(|e| format!("--svg: {e}"))?;
         }
         Ok(())
     }
@@ -73,8 +102,10 @@ impl PictureArgs {
             written.push(format!("trace: {} (open in https://ui.perfetto.dev)", path.display()));
         }
         if let Some(path) = &self.svg {
-            crate::export::write_atomic(path, &crate::export::svg_timeline(history, violations, title))
-                .map_err(|e| format!("--svg: {e}"))?;
+            let window_ms = (self.from.is_some() || self.to.is_some())
+                .then(|| (self.from.unwrap_or(0), self.to.unwrap_or(u64::MAX)));
+            let svg = crate::export::svg_timeline_window(history, violations, title, window_ms)?;
+            crate::export::write_atomic(path, &svg).map_err(|e| format!("--svg: {e}"))?;
             written.push(format!("timeline: {}", path.display()));
         }
         Ok(written)
@@ -221,7 +252,7 @@ pub fn run_and_show(
     // Bad output paths are refused before the run, not after it.
     pictures.check()?;
     if let Some(path) = history {
-        crate::export::check_output_path(path).map_err(|e| format!("--history: {e}"))?;
+        crate::export::check_writable_output(path).map_err(|e| format!("--history: {e}"))?;
     }
     let result = match runner::run_world(spec, runner::DEFAULT_WATCHDOG) {
         Ok(result) => result,

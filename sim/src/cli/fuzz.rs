@@ -421,7 +421,27 @@ pub fn print_summary(s: &Summary) {
     if !s.never_evaluated.is_empty() {
         println!("never evaluated (no run gave them anything to judge): {}", s.never_evaluated.join(" "));
     }
-    for f in &s.failures {
-        println!("failure: {} seed {} [{}] {}\n  replay: {}", f.scenario, f.seed, f.invariant, f.message, f.replay);
+    print_failure_kinds(&s.failures);
+}
+
+/// The failures of the summary, one line per kind (scenario and invariant):
+/// how many runs and the first seed's replay command. Each failure already
+/// had its own `FAIL` line when it was found.
+fn print_failure_kinds(failures: &[crate::fuzz::Failure]) {
+    let mut kinds: std::collections::BTreeMap<(&str, &str), (usize, &crate::fuzz::Failure)> = Default::default();
+    for f in failures {
+        let kind = kinds.entry((f.scenario.as_str(), f.invariant.as_str())).or_insert((0, f));
+        kind.0 += 1;
+        if f.seed < kind.1.seed {
+            kind.1 = f;
+        }
+    }
+    for ((scenario, invariant), (runs, first)) in kinds {
+        println!(
+            "failed: {scenario} [{invariant}] in {runs} run{}; first seed {}: {}",
+            if runs == 1 { "" } else { "s" },
+            first.seed,
+            first.replay
+        );
     }
 }

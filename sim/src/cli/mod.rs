@@ -18,7 +18,7 @@ mod replay;
 mod run;
 mod shrink;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(name = "leasesim", version, about = "Deterministic simulation testing of lease-based task engines", long_about = None)]
@@ -73,11 +73,29 @@ fn quiet_resource_limits() {
     }));
 }
 
+/// The command line's grammar: every flag that takes a value takes one that
+/// starts with `-` too, so `--seeds -1` is refused by the flag's own parser
+/// ("invalid value '-1' for '--seeds'") rather than read as an unknown flag.
+fn command() -> clap::Command {
+    fn hyphen_values(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            let flag_with_value = a.get_long().is_some() && a.get_action().takes_values();
+            if flag_with_value {
+                a.allow_hyphen_values(true)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(hyphen_values)
+    }
+    hyphen_values(Cli::command())
+}
+
 /// Parses the command line and runs the verb; returns the exit code.
 pub fn main() -> i32 {
     quiet_resource_limits();
     crate::engines();
-    let cli = match Cli::try_parse() {
+    let cli = match command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and errors to stderr (exit 2).

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The corpus entry (TOML). Example: corpus/b-machines-fenced-completion-unfenced-completion-seed12.toml
+    /// The corpus entry (TOML). Example: corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml
     pub file: PathBuf,
     /// Print the outcome as one JSON object instead of text. Example: --json
     #[arg(long)]

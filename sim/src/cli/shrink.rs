@@ -25,13 +25,30 @@ fn show(s: Size) -> String {
     )
 }
 
+/// Refuses, before any run, an `--out` that is not a folder taking files.
+fn check_out(dir: &std::path::Path) -> Result<(), String> {
+    if dir.as_os_str().is_empty() {
+        return Err("--out: an empty path (name a folder, e.g. --out corpus/)".into());
+    }
+    if !dir.is_dir() {
+        return Err(format!("--out: {} is not a folder (the shrunk entry gets a new name in it)", dir.display()));
+    }
+    let probe = dir.join(format!(".leasesim-probe-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&probe);
+    let _ = std::fs::remove_file(&probe);
+    created.map(drop).map_err(|e| format!("--out: {}: cannot write there: {e}", dir.display()))
+}
+
 pub fn run(args: ShrinkArgs) -> Result<i32, String> {
+    if args.budget == 0 {
+        return Err("--budget: must be at least 1 (the first run checks that the entry fails as saved)".into());
+    }
+    if let Some(dir) = &args.out {
+        check_out(dir)?;
+    }
     let entry = Entry::load(&args.file)?;
     if entry.expect == "pass" {
         return Err(format!("{}: expect: a passing entry has nothing to shrink", args.file.display()));
-    }
-    if args.budget == 0 {
-        return Err("--budget: must be at least 1 (the first run checks that the entry fails as saved)".into());
     }
     let spec = entry.spec(&args.file)?;
     let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
@@ -63,15 +80,18 @@ pub fn run(args: ShrinkArgs) -> Result<i32, String> {
     } else {
         println!("runs: {} (nothing smaller fails the same way)", shrinker.runs);
     }
+    // The comment quotes what the shrunk run reports, not the original's
+    // message: the corpus test holds every quote to its run.
+    let message = shrinker.message(&small).unwrap_or_else(|| format!("violates {}", entry.expect));
     let shrunk = Entry {
         comment: format!(
-            "Shrunk from {} ({} -> {}) in {} runs{}; violates {}.",
+            "Shrunk from {} ({} -> {}) in {} runs{}. Found by `cargo sim shrink {}`: {message}",
             args.file.display(),
             show(before),
             show(after),
             shrinker.runs,
             if stopped { ", stopped at its budget" } else { "" },
-            entry.expect
+            args.file.display(),
         ),
         scenario: entry.scenario.clone(),
         seed: entry.seed,

@@ -10,7 +10,7 @@ mod chrome;
 mod svg;
 
 pub use chrome::chrome_trace;
-pub use svg::svg_timeline;
+pub use svg::{svg_timeline, svg_timeline_window};
 
 use crate::check::Violation;
 use crate::history::{Entry, Record, WorldEvent};
@@ -84,6 +84,19 @@ pub fn check_output_path(path: &Path) -> Result<(), String> {
         "not a regular file (a device, a FIFO or a socket)"
     };
     Err(format!("{}: is {what}; refusing to replace it (name a regular file or a new path)", path.display()))
+}
+
+/// [`check_output_path`], and proof that a file can be written there: the
+/// temporary file an atomic write makes is created and removed, so a folder
+/// that takes no file (`/proc`, read-only, no space for a name) is refused
+/// before any work rather than after it. An existing file is left as it is.
+pub fn check_writable_output(path: &Path) -> Result<(), String> {
+    check_output_path(path)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let probe = path.with_file_name(format!(".{name}.probe-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&probe);
+    let _ = std::fs::remove_file(&probe);
+    created.map(drop).map_err(|e| format!("{}: cannot write there: {e}", path.display()))
 }
 
 /// What a span shows.

@@ -151,13 +151,21 @@ impl Rows {
     }
 }
 
+/// The time window drawn, from `from_ms` to `to_ms` (the whole run, or the
+/// `--from`/`--to` window).
 struct Scale {
-    end_ms: u64,
+    from_ms: u64,
+    to_ms: u64,
 }
 
 impl Scale {
     fn x(&self, ms: u64) -> f64 {
-        LEFT + ms.min(self.end_ms) as f64 / self.end_ms as f64 * PLOT_W
+        let span = (self.to_ms - self.from_ms).max(1);
+        LEFT + (ms.clamp(self.from_ms, self.to_ms) - self.from_ms) as f64 / span as f64 * PLOT_W
+    }
+
+    fn shows(&self, ms: u64) -> bool {
+        (self.from_ms..=self.to_ms).contains(&ms)
     }
 }
 
@@ -269,12 +277,32 @@ type ByLane<'a> = (BTreeMap<ProcId, Vec<(usize, &'a Violation)>>, Vec<(usize, &'
 
 /// The run as a static SVG timeline.
 pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
-    let tl = timeline(history, violations);
-    let scale = Scale { end_ms: tl.end_ms.max(1) };
-    let mut svg = Svg { out: String::with_capacity(64 * 1024) };
-    let (by_proc, unowned) = by_lane(&tl, violations);
+    svg_timeline_window(history, violations, title, None).expect("the whole run is a window")
+}
 
-    let band_top = header(&mut svg, &tl, violations, title);
+/// [`svg_timeline`] of the window `from_ms..=to_ms` only (`to_ms` past the
+/// end is the end): spans are cut at its edges, marks and violations
+/// outside it are not drawn (the list under the chart keeps every
+/// violation). A window that starts after the run's end is an error.
+pub fn svg_timeline_window(
+    history: &[Record],
+    violations: &[Violation],
+    title: &str,
+    window_ms: Option<(u64, u64)>,
+) -> Result<String, String> {
+    let mut tl = timeline(history, violations);
+    let end_ms = tl.end_ms.max(1);
+    let (from_ms, to_ms) = window_ms.unwrap_or((0, end_ms));
+    if from_ms >= end_ms {
+        return Err(format!("--from: {from_ms} ms is not before the run's end ({end_ms} ms)"));
+    }
+    let scale = Scale { from_ms, to_ms: to_ms.min(end_ms).max(from_ms + 1) };
+    tl.spans.retain(|sp| sp.end_ms >= scale.from_ms && sp.start_ms <= scale.to_ms);
+    tl.marks.retain(|m| scale.shows(m.at_ms));
+    let mut svg = Svg { out: String::with_capacity(64 * 1024) };
+    let (by_proc, unowned) = by_lane(&tl, violations, &scale);
+
+    let band_top = header(&mut svg, &tl, violations, title, &scale);
     let axis_top = run_band(&mut svg, &tl, &scale, &unowned, band_top);
     let chart_top = axis_top + 16.0;
     // The lanes are drawn into their own buffer: the grid goes under them.
@@ -283,13 +311,14 @@ pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -
     svg.out.push_str(&lanes.out);
     run_marks(&mut svg, &tl, &scale, &unowned, (band_top, chart_bottom));
     let bottom = violation_list(&mut svg, violations, chart_bottom + 36.0);
-    document(&svg, title, (bottom + 16.0).ceil())
+    Ok(document(&svg, title, (bottom + 16.0).ceil()))
 }
 
-fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation]) -> ByLane<'a> {
+/// The violations inside the window, by the lane they are drawn in.
+fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation], scale: &Scale) -> ByLane<'a> {
     let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
     let mut unowned = Vec::new();
-    for (i, v) in violations.iter().enumerate() {
+    for (i, v) in violations.iter().enumerate().filter(|(_, v)| scale.shows(v.at_ms)) {
         match v.process.as_deref().and_then(parse_process).filter(|(p, _)| tl.procs.contains_key(p)) {
             Some((p, _)) => by_proc.entry(p).or_default().push((i, v)),
             None => unowned.push((i, v)),
@@ -299,10 +328,15 @@ fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation]) -> ByLane<'a> {
 }
 
 /// The title, a line of figures and the legend; returns the y under them.
-fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str) -> f64 {
+fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str, scale: &Scale) -> f64 {
     let faults = tl.marks.iter().filter(|m| matches!(m.kind, MarkKind::Fault { .. })).count();
+    let window = if scale.from_ms == 0 && scale.to_ms >= tl.end_ms.max(1) {
+        String::new()
+    } else {
+        format!("; window {} to {}", secs(scale.from_ms), secs(scale.to_ms))
+    };
     let subtitle = format!(
-        "{} records, {} simulated; {} workers; {} fault injections; heal at {}; {} violation{}",
+        "{} records, {} simulated{window}; {} workers; {} fault injections; heal at {}; {} violation{}",
         tl.records,
         secs(tl.end_ms),
         tl.procs.len(),
@@ -320,7 +354,7 @@ fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str) -
 /// run; returns the y under it.
 fn run_band(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Violation)], top: f64) -> f64 {
     let mut run_labels = Vec::new();
-    if let Some(heal) = tl.heal_ms {
+    if let Some(heal) = tl.heal_ms.filter(|&h| scale.shows(h)) {
         run_labels.push(Label {
             x: scale.x(heal),
             text: "heal".into(),
@@ -361,10 +395,10 @@ fn lanes(tl: &Timeline, scale: &Scale, by_proc: &BTreeMap<ProcId, Vec<(usize, &V
 
 /// The time axis (ticks over and under the chart) and the grid.
 fn axis(svg: &mut Svg, scale: &Scale, axis_top: f64, chart_top: f64, chart_bottom: f64) {
-    let step = tick_step(scale.end_ms);
+    let step = tick_step(scale.to_ms - scale.from_ms);
     svg.open_group("axis");
-    let mut t = 0;
-    while t <= scale.end_ms {
+    let mut t = scale.from_ms.div_ceil(step) * step;
+    while t <= scale.to_ms {
         let x = scale.x(t);
         svg.line(x, chart_top, x, chart_bottom, r##"stroke="#e6e6e6" stroke-width="1""##, None);
         let label = tick_label(t, step);
@@ -383,7 +417,7 @@ fn axis(svg: &mut Svg, scale: &Scale, axis_top: f64, chart_top: f64, chart_botto
 /// violations of the whole run.
 fn run_marks(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Violation)], (top, bottom): (f64, f64)) {
     svg.open_group("run-marks");
-    if let Some(heal) = tl.heal_ms {
+    if let Some(heal) = tl.heal_ms.filter(|&h| scale.shows(h)) {
         let x = scale.x(heal);
         let title = format!("heal at {}", secs(heal));
         svg.line(
@@ -1037,7 +1071,23 @@ mod tests {
     }
 
     use super::super::testkit::{history, violations};
-    use super::{esc, svg_timeline, tick_label, tick_step};
+    use super::{esc, svg_timeline, svg_timeline_window, tick_label, tick_step};
+
+    #[test]
+    fn a_window_draws_only_its_own_time() {
+        let whole = picture();
+        let window = svg_timeline_window(&history(), &violations(), "w", Some((4000, 6000))).unwrap();
+        assert_well_formed(&window);
+        assert!(window.contains("window 4.000 s to 6.000 s"), "the subtitle names the window");
+        assert!(whole.contains("<title>heal at 9.000 s"), "the whole run marks the heal");
+        assert!(!window.contains("<title>heal at 9.000 s"), "the heal at 9 s is outside 4..6 s");
+        assert!(window.contains(">4.2 s<") && !window.contains(">0 s<"), "the axis starts at the window");
+        assert!(window.contains("t7 is not terminal"), "the list under the chart keeps every violation");
+        let past = svg_timeline_window(&history(), &violations(), "w", Some((10_000, 20_000))).unwrap_err();
+        assert!(past.starts_with("--from: ") && past.contains("10000 ms"), "{past}");
+        let to_past_end = svg_timeline_window(&history(), &violations(), "w", Some((0, u64::MAX))).unwrap();
+        assert_eq!(to_past_end, svg_timeline_window(&history(), &violations(), "w", None).unwrap());
+    }
 
     fn picture() -> String {
         svg_timeline(&history(), &violations(), "swarm seed 3 <demo> & friends")

@@ -81,6 +81,20 @@ pub struct Promises {
     pub claim_order: ClaimOrder,
     /// When the store reads its clock for a statement (its `now()`).
     pub statement_time: StatementTime,
+    /// What the client does with an enqueue that got no answer, or an
+    /// answer it retries (`None`: it promises no retry; one send is final).
+    pub enqueue_retry: Option<EnqueueRetry>,
+}
+
+/// The client's retry promise for one enqueue call: it sends up to `sends`
+/// times (the same call, so the same idempotency key) while a send gets no
+/// answer within `send_timeout_ms` or an answer refused for a reason in
+/// `retry_on`, and tells the application the call failed only then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueRetry {
+    pub sends: u32,
+    pub send_timeout_ms: u64,
+    pub retry_on: Vec<crate::op::Refusal>,
 }
 
 /// When the store reads its clock for what a statement writes.

@@ -377,6 +377,23 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     })
 }
 
+/// A scenario's name goes into the names of the corpus entries it saves and
+/// into every replay line: a word of letters, digits, `-`, `_` and `.`.
+pub const MAX_NAME_CHARS: usize = 64;
+pub const MAX_DESCRIPTION_CHARS: usize = 4096;
+
+fn check_name(name: &str) -> Result<(), String> {
+    let word = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > MAX_NAME_CHARS || !word || name.starts_with('.') {
+        let shown: String = name.chars().take(24).collect();
+        return Err(format!(
+            "name: '{shown}{}' is not a name (1 to {MAX_NAME_CHARS} letters, digits, '-', '_' or '.', not starting with '.')",
+            if name.chars().count() > 24 { "…" } else { "" }
+        ));
+    }
+    Ok(())
+}
+
 /// Does `s` look like a field path (`lease_ttl.job_ms`, `queues[2]`)?
 fn is_field_path(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']' | '-'))
@@ -399,9 +416,10 @@ pub mod ranges {
     pub const PER_GROUP: Range = Range::count(0, 1_000);
     /// Any duration of the world, a phase, a bound or a fault limit.
     pub const SPAN_MS: Range = Range::ms(0, MAX_DURATION_MS);
-    /// A liveness bound of 0 ms would demand the impossible (a claim, a
-    /// recovery, a materialization or a completion in no time at all).
-    pub const BOUND_MS: Range = Range::ms(1, MAX_DURATION_MS);
+    /// A liveness bound under a second demands the impossible of any engine
+    /// that reaches its store over a network and polls: a claim, a
+    /// recovery, a materialization or a completion in a few milliseconds.
+    pub const BOUND_MS: Range = Range::ms(1_000, MAX_DURATION_MS);
     /// A phase of 0 ms does not happen.
     pub const PHASE_MS: Range = Range::ms(1, MAX_DURATION_MS);
     /// A query waits for its index at most this long (0: answer at once).
@@ -425,6 +443,13 @@ pub mod ranges {
 /// against its range, then the relations between fields. The error is one
 /// line that starts with the field's path (`engine.lease_ttl.job_ms: ...`).
 pub fn validate(s: &Scenario) -> Result<(), String> {
+    check_name(&s.name)?;
+    if s.description.len() > MAX_DESCRIPTION_CHARS {
+        return Err(format!(
+            "description: {} characters; at most {MAX_DESCRIPTION_CHARS} (a line or a paragraph, not a document)",
+            s.description.len()
+        ));
+    }
     for (path, value, range) in ranged_fields(s) {
         range.check(&path, value)?;
     }
@@ -473,7 +498,7 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     }
     if w.long_work_rate > 0.0 && (w.long_work_min_ms == 0 || w.long_work_min_ms > w.long_work_max_ms) {
         return Err(format!(
-            "workload.long_work_min_ms: must be from 1 ms to workload.long_work_max_ms ({} ms) when long_work_rate is set, got {} ms",
+            "workload.long_work_min_ms: must be from 1 ms to workload.long_work_max_ms ({} ms) when workload.long_work_rate is set, got {} ms",
             w.long_work_max_ms, w.long_work_min_ms
         ));
     }
@@ -511,7 +536,11 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
     s.engine.get().validate(s)?;
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {
-        return Err("workload: enqueues nothing".into());
+        return Err(
+            "workload: enqueues nothing (workload.index_builds, workload.authz_materializations, workload.jobs, \
+             workload.pipelines, workload.workflow_runs and workload.script are all empty)"
+                .into(),
+        );
     }
     let all = u64::from(total) + u64::from(w.after_heal_index_builds) + u64::from(w.after_heal_jobs);
     if all > ranges::ALL_TASKS {

@@ -313,5 +313,12 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         recovery_delay_ms: 0,
         claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
         statement_time: leasesim_vocab::promise::StatementTime::Commit,
+        // src/client.rs: an enqueue is sent again, with its key, after no
+        // answer or a conflict; anything else is final.
+        enqueue_retry: Some(leasesim_vocab::promise::EnqueueRetry {
+            sends: leasesim::client::ENQUEUE_SENDS,
+            send_timeout_ms: cfg.rpc_timeout_ms,
+            retry_on: vec![leasesim_vocab::op::Refusal::Conflict],
+        }),
     }
 }

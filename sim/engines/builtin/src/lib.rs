@@ -274,11 +274,16 @@ impl Engine for Builtin {
         let builds =
             w.index_builds + w.after_heal_index_builds > 0 || w.script.iter().any(|e| e.kind == TaskKind::IndexBuild);
         if builds && !self.cfg.maintenance.contains(&MaintenanceKind::Index) {
-            return Err("engine.maintenance: index builds need an \"index\" finalization pass to materialize".into());
+            return Err("engine.maintenance: index builds (workload.index_builds, workload.after_heal_index_builds or the script) \
+                 need an \"index\" finalization pass to materialize".into());
         }
         let stages = w.pipelines > 0 || w.script.iter().any(|e| e.kind == TaskKind::Stage);
         if stages && !self.cfg.maintenance.contains(&MaintenanceKind::Pipeline) {
-            return Err("engine.maintenance: pipelines need a \"pipeline\" pass to enqueue their stages' tasks".into());
+            return Err(
+                "engine.maintenance: pipelines (workload.pipelines or the script) need a \"pipeline\" pass to enqueue \
+                 their stages' tasks"
+                    .into(),
+            );
         }
         Ok(())
     }

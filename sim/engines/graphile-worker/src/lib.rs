@@ -112,6 +112,8 @@ impl Engine for Graphile {
             // `order by priority asc, run_at asc limit 1`: ties unordered.
             claim_order: leasesim_vocab::promise::ClaimOrder::Due,
             statement_time: leasesim_vocab::promise::StatementTime::Start,
+            // `add_job` is one statement; a failure is the caller's to retry.
+            enqueue_retry: None,
         }
     }
 

@@ -121,7 +121,12 @@ impl FaultPlan {
                 ));
             }
             if e.end_ms() > fault_phase_ms {
-                return Err(format!("{at}: ends at {} ms, after the fault phase ({fault_phase_ms} ms)", e.end_ms()));
+                // Name the field that carried it past the phase.
+                let field = if e.at_ms > fault_phase_ms { "at_ms" } else { "for_ms" };
+                return Err(format!(
+                    "{at}.{field}: the event ends at {} ms ({at}.at_ms + {at}.for_ms), after the fault phase ({fault_phase_ms} ms)",
+                    e.end_ms()
+                ));
             }
             if let Some(p) = e.proc {
                 if p == 0 || p > workers {
