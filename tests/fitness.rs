@@ -341,6 +341,18 @@ fn enqueue_gives_up(from: Option<Owner>, req: Request, send: Call) -> Answer {
     })
 }
 
+/// A completion's answer is dropped at the worker after the store applied
+/// it, as if an idempotent success were an error: no callback comes.
+fn drops_applied_completions(from: Option<Owner>, req: Request, send: Call) -> Answer {
+    Box::pin(async move {
+        let complete = from.is_some() && matches!(req.statement(), Request::Complete { .. });
+        match send(req).await {
+            Ok(Response::Applied { .. }) if complete => Err(RpcError::Unavailable),
+            answer => answer,
+        }
+    })
+}
+
 /// A maintenance call gives up after a second while its store work goes on.
 fn maintenance_times_out(_: Option<Owner>, req: Request, send: Call) -> Answer {
     Box::pin(async move {
@@ -440,6 +452,7 @@ fitness! {
     stage_order: "stage-order" in "b-machines" by UnguardedStages { done_too: false }, within 20;
     exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
     enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_rekeyed), within 40;
+    callback_kept: "callback-kept" in "swarm" by Calls("applied completions taken as errors", drops_applied_completions), within 20;
     enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;

@@ -18,6 +18,7 @@
 //! to the view; at the end each checker gets a last look at the final world.
 //! Only the first violation per (invariant, task) is kept.
 
+mod callback_kept;
 mod claim_progress;
 mod concurrency;
 pub mod coverage;
@@ -178,6 +179,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(no_resurrection::NoResurrection::default()),
         Box::new(stage_order::StageOrder::default()),
         Box::new(exactly_once::ExactlyOnce::default()),
+        Box::new(callback_kept::CallbackKept::default()),
         Box::new(enqueue_once::EnqueueOnce::default()),
         Box::new(enqueue_retried::EnqueueRetried::default()),
         Box::new(store_reply::StoreReply::default()),

@@ -1,0 +1,175 @@
+//! callback-kept: a completion the store committed, whose answer reached its
+//! attempt while that attempt was still finalizing, is reported to the
+//! application (the completion callback) on the attempt's process.
+//!
+//! The other half of exactly-once-completion, which judges "at most one
+//! callback, from the committing attempt". A callback may be lost with
+//! reason, and each reason is one the harness saw: the answer was lost or
+//! held back, it left the store after the call's own deadline (the engine's
+//! `rpc_timeout_ms`: the attempt stopped waiting for it) or after the
+//! attempt's finalization deadline, or the process was killed,
+//! paused or cut off before the callback was due. A completion committed
+//! by a separate COMMIT (no fence on the request) is not judged: which
+//! statement's answer carried it is the transaction's affair.
+
+use super::{answer, fact, Checker, Ctx, Violation};
+use leasesim_vocab::history::Record;
+use leasesim_vocab::ids::Fence;
+use leasesim_vocab::op::Response;
+use leasesim_vocab::promise::Capabilities;
+use leasesim_vocab::task::TaskState;
+use leasesim_vocab::truth::{Fact, Reply};
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "callback-kept";
+
+/// The hop back to the worker and its own work before the callback.
+const SLACK_MS: u64 = 1_000;
+
+/// The hop back to the worker: an answer that leaves the store this close
+/// to the finalization deadline may reach an attempt that gave up.
+const HOP_SLACK_MS: u64 = 50;
+
+#[derive(Default)]
+pub struct CallbackKept {
+    /// When each attempt's body ended.
+    ended: BTreeMap<Fence, u64>,
+    /// Callbacks owed: the fence, when its answer left the store, and when
+    /// the callback is due.
+    owed: BTreeMap<Fence, (u64, u64)>,
+    evaluations: u64,
+}
+
+impl CallbackKept {
+    /// A committed completion of `fence` answered at `now`: is its callback
+    /// owed?
+    fn owe(&mut self, fence: Fence, arrived_ms: u64, now: u64, reply: Reply, ctx: &Ctx) {
+        if reply != Reply::Sent {
+            return;
+        }
+        // Past the call's own deadline the attempt stopped waiting for this
+        // answer (a retry's answer speaks for itself).
+        if now.saturating_sub(arrived_ms) + HOP_SLACK_MS > ctx.promises().rpc_timeout_ms {
+            return;
+        }
+        let Some(&ended_ms) = self.ended.get(&fence) else { return };
+        // Past its finalization deadline the attempt has given the outcome
+        // up; the answer arrives to nobody who waits for it.
+        if now + HOP_SLACK_MS > ended_ms + ctx.promises().finalize_deadline_ms {
+            return;
+        }
+        self.owed.insert(fence, (now, now + SLACK_MS));
+    }
+
+    /// Why the callback of `fence`, answered at `from`, may be missing.
+    fn excuse(ctx: &Ctx, fence: &Fence, from: u64, to: u64) -> Option<&'static str> {
+        let v = &ctx.view;
+        if v.killed(fence.owner).is_some_and(|k| k <= to) {
+            return Some("killed");
+        }
+        let p = v.procs.get(&fence.owner.proc)?;
+        if p.paused_between(from, to) {
+            return Some("paused");
+        }
+        p.partitioned_between(from, to).then_some("cut off")
+    }
+
+    fn judge(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let due: Vec<Fence> = self.owed.iter().filter(|(_, &(_, due_ms))| due_ms < now).map(|(f, _)| *f).collect();
+        for fence in due {
+            let (answered_ms, due_ms) = self.owed.remove(&fence).expect("due callbacks are owed");
+            self.evaluations += 1;
+            if Self::excuse(ctx, &fence, answered_ms, due_ms).is_some() {
+                continue;
+            }
+            let message = format!(
+                "t{}: the store committed the completion of attempt {} ({}) and its answer left at {answered_ms} ms, \
+                 within the attempt's finalization deadline, but no callback came by {due_ms} ms",
+                fence.task, fence.attempt, fence.owner
+            );
+            out.push(Violation::new(NAME, now, message).fence(&fence));
+        }
+    }
+}
+
+impl Checker for CallbackKept {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "store and body seams: a committed completion whose answer reached its live attempt in time is reported to the application"
+    }
+
+    fn applies(&self, caps: &Capabilities) -> bool {
+        caps.callbacks
+    }
+
+    fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let now = rec.at_ms;
+        self.judge(now, ctx, out);
+        match fact(rec) {
+            Some(Fact::BodyEnded { fence, .. }) => {
+                self.ended.insert(*fence, now);
+            }
+            Some(Fact::Callback { fence, .. }) if self.owed.remove(fence).is_some() => {
+                self.evaluations += 1;
+            }
+            _ => {}
+        }
+        let Some(a) = answer(rec, ctx) else { return };
+        let Some(fence) = a.request.request.fence().copied() else { return };
+        let Response::Applied { .. } = a.response else { return };
+        let done_now = a.commit.tasks.iter().any(|c| c.after.id == fence.task && c.after.state == TaskState::Done);
+        let done_by_it = done_now || ctx.view.task(fence.task).is_some_and(|t| t.state() == TaskState::Done);
+        if done_by_it && matches!(a.request.request, leasesim_vocab::op::Op::Complete { .. }) {
+            self.owe(fence, a.request.arrived_ms, now, a.reply, ctx);
+        }
+    }
+
+    fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        // A callback due after the end is not late.
+        self.judge(end_ms, ctx, out);
+    }
+
+    fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::task::TaskKind;
+
+    /// t1's attempt 1 on p1.1: its body ends at 100 ms, its completion
+    /// commits at 200 ms; then, if `callback`, the application is told.
+    fn completed(callback: bool) -> H {
+        let h = H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+            .at(200)
+            .completed(1, 1, o(1, 1));
+        let h = if callback { h.at(210).callback(1, 1, o(1, 1)) } else { h };
+        h.at(220).unpermit(o(1, 1), 1, 1)
+    }
+
+    cases! {
+        a_callback_after_the_commit_passes:
+            completed(true).at(5_000).heartbeat(o(1, 1)).build() => PASS;
+        a_committed_completion_without_its_callback:
+            completed(false).at(5_000).heartbeat(o(1, 1)).build() => &[(NAME, Some(1))];
+        a_callback_lost_to_a_kill_is_excused:
+            completed(false).at(300).killed(o(1, 1)).build() => PASS;
+        a_callback_due_after_the_end_is_not_judged:
+            completed(false).at(600).heartbeat(o(1, 1)).build() => PASS;
+    }
+}
