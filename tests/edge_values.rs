@@ -53,6 +53,7 @@ fn edge_values() -> Vec<String> {
     .map(String::from)
     .to_vec();
     values.push(format!("\"{}\"", "x".repeat(100_000)));
+    values.extend(PAST_I64.iter().map(|v| v.to_string()));
     values
 }
 
@@ -75,8 +76,22 @@ fn leaves(prefix: &str, value: &toml::Value, out: &mut Vec<String>) {
     }
 }
 
-/// `doc` with the leaf at `path` set to `literal`.
+/// Integers past what TOML holds (i64): written into the text as they are,
+/// since no TOML value can carry them.
+const PAST_I64: &[&str] = &["9223372036854775808", "18446744073709551616"];
+
+/// `doc` with the leaf at `path` set to `literal` (a TOML value, or one of
+/// [`PAST_I64`] written raw).
 fn with_leaf(doc: &toml::Table, path: &str, literal: &str) -> String {
+    if PAST_I64.contains(&literal) {
+        let marked = with_toml_leaf(doc, path, "\"__edge__\"");
+        assert_eq!(marked.matches("\"__edge__\"").count(), 1, "{path}: one marker");
+        return marked.replace("\"__edge__\"", literal);
+    }
+    with_toml_leaf(doc, path, literal)
+}
+
+fn with_toml_leaf(doc: &toml::Table, path: &str, literal: &str) -> String {
     let value = format!("v = {literal}").parse::<toml::Table>().expect("an edge value is TOML")["v"].clone();
     let mut doc = doc.clone();
     let mut keys: Vec<&str> = path.split('.').collect();

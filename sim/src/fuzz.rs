@@ -142,6 +142,10 @@ pub struct Summary {
     pub failures: Vec<Failure>,
     pub fault_counts: BTreeMap<String, u64>,
     pub checks: BTreeMap<String, u64>,
+    /// Losses the checkers excused, per invariant, over the campaign: wasted
+    /// executions (outcomes) and callbacks a fault explains.
+    #[serde(default)]
+    pub excused: BTreeMap<String, u64>,
     pub events: u64,
     pub sim_seconds: f64,
     pub wall_seconds: f64,
@@ -396,6 +400,9 @@ fn fold(summary: &mut Summary, spec: &RunSpec, result: &Result<Outcome, RunError
         }
         for (k, n) in &o.checks {
             *summary.checks.entry(k.clone()).or_default() += n;
+        }
+        for (k, n) in &o.excused {
+            *summary.excused.entry(k.clone()).or_default() += n;
         }
         for point in &o.coverage {
             *summary.coverage.entry(point.clone()).or_default() += 1;

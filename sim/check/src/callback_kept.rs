@@ -38,6 +38,7 @@ pub struct CallbackKept {
     /// the callback is due.
     owed: BTreeMap<Fence, (u64, u64)>,
     evaluations: u64,
+    excused: u64,
 }
 
 impl CallbackKept {
@@ -80,6 +81,7 @@ impl CallbackKept {
             let (answered_ms, due_ms) = self.owed.remove(&fence).expect("due callbacks are owed");
             self.evaluations += 1;
             if Self::excuse(ctx, &fence, answered_ms, due_ms).is_some() {
+                self.excused += 1;
                 continue;
             }
             let message = format!(
@@ -135,6 +137,10 @@ impl Checker for CallbackKept {
     fn evaluations(&self) -> u64 {
         self.evaluations
     }
+
+    fn excused(&self) -> u64 {
+        self.excused
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +166,13 @@ mod tests {
             .completed(1, 1, o(1, 1));
         let h = if callback { h.at(210).callback(1, 1, o(1, 1)) } else { h };
         h.at(220).unpermit(o(1, 1), 1, 1)
+    }
+
+    #[test]
+    fn an_excused_loss_is_counted_as_wasted_work() {
+        let excused = |history| crate::testkit::run_case("excused", history, PASS).excused.get(NAME).copied();
+        assert_eq!(excused(completed(false).at(300).killed(o(1, 1)).at(5_000).end().build()), Some(1));
+        assert_eq!(excused(completed(true).at(5_000).heartbeat(o(1, 1)).build()), None);
     }
 
     cases! {

@@ -121,6 +121,9 @@ pub struct Report {
     /// Coverage points the engine cannot reach.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub coverage_not_applicable: BTreeSet<String>,
+    /// Per invariant that excuses losses: how many it excused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub excused: BTreeMap<String, u64>,
 }
 
 /// What the checkers hold a run to: the engine's declared promises and
@@ -159,6 +162,12 @@ pub trait Checker {
     }
     /// How many times the checker evaluated its predicate on something real.
     fn evaluations(&self) -> u64;
+    /// Losses the checker saw and excused, each by a fault the harness
+    /// injected or saw (wasted work with a reason: an outcome or a callback
+    /// that a fault cost). The losses without one are its violations.
+    fn excused(&self) -> u64 {
+        0
+    }
     /// Does the invariant judge something this engine can do?
     fn applies(&self, caps: &Capabilities) -> bool {
         let _ = caps;
@@ -253,6 +262,7 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
     }
     sink.take(&mut found);
     let checks = checkers.iter().map(|c| (c.name().to_string(), c.evaluations())).collect();
+    let excused = checkers.iter().filter(|c| c.excused() > 0).map(|c| (c.name().to_string(), c.excused())).collect();
     let coverage = coverage.reached().iter().map(|p| p.to_string()).collect();
     let not_applicable = not_applicable.iter().map(|c| c.name().to_string()).collect();
     let coverage_not_applicable = coverage::POINTS
@@ -260,7 +270,7 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
         .filter(|p| !coverage::applies(p.name, &spec.caps))
         .map(|p| p.name.to_string())
         .collect();
-    Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable }
+    Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable, excused }
 }
 
 // ---------------------------------------------------------------------------

@@ -49,6 +49,7 @@ struct Owed {
 pub struct OutcomeKept {
     owed: BTreeMap<Fence, Owed>,
     evaluations: u64,
+    excused: u64,
 }
 
 /// Does this request speak for `fence`, or for no attempt at all (so a
@@ -126,6 +127,7 @@ impl OutcomeKept {
             self.evaluations += 1;
             let excuse = owed.excuse.or_else(|| Self::interval_excuse(ctx, &fence, owed.ended_ms, owed.deadline_ms));
             if excuse.is_some() {
+                self.excused += 1;
                 continue;
             }
             out.push(
@@ -204,6 +206,10 @@ impl Checker for OutcomeKept {
 
     fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+
+    fn excused(&self) -> u64 {
+        self.excused
     }
 }
 

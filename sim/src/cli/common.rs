@@ -241,6 +241,16 @@ pub fn print_pictures(outcome: &Outcome, written: &[String]) {
     }
 }
 
+/// Bad output paths are refused before the run (and before anything is
+/// printed), not after it.
+pub fn check_outputs(history: Option<&Path>, pictures: &PictureArgs) -> Result<(), String> {
+    pictures.check()?;
+    if let Some(path) = history {
+        crate::export::check_writable_output(path).map_err(|e| format!("--history: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Runs `spec`'s world once, writes the history (`--history`) and the
 /// pictures asked for, and judges it. `title` names the pictures.
 pub fn run_and_show(
@@ -249,11 +259,7 @@ pub fn run_and_show(
     pictures: &PictureArgs,
     title: impl FnOnce(&Outcome) -> String,
 ) -> Result<Result<(Outcome, Vec<String>), RunError>, String> {
-    // Bad output paths are refused before the run, not after it.
-    pictures.check()?;
-    if let Some(path) = history {
-        crate::export::check_writable_output(path).map_err(|e| format!("--history: {e}"))?;
-    }
+    check_outputs(history, pictures)?;
     let result = match runner::run_world(spec, runner::DEFAULT_WATCHDOG) {
         Ok(result) => result,
         Err(e) => return Ok(Err(e)),

@@ -414,6 +414,7 @@ pub fn print_summary(s: &Summary) {
     println!("fault injections: {}", faults.join(" "));
     let checks: Vec<String> = s.checks.iter().map(|(k, n)| format!("{k}={n}")).collect();
     println!("checks: {}", checks.join(" "));
+    print_wasted(s);
     println!("trace digest: {} (same campaign, same runs: same digest)", s.trace_digest);
     if !s.not_applicable.is_empty() {
         println!("not applicable (the engine cannot do what they judge): {}", s.not_applicable.join(" "));
@@ -422,6 +423,24 @@ pub fn print_summary(s: &Summary) {
         println!("never evaluated (no run gave them anything to judge): {}", s.never_evaluated.join(" "));
     }
     print_failure_kinds(&s.failures);
+}
+
+/// Work lost over the campaign: with a reason the harness injected (the
+/// checkers' excused losses) and without one (their violations).
+fn print_wasted(s: &Summary) {
+    let lost = |name: &str| s.failures.iter().filter(|f| f.invariant == name).count();
+    let parts: Vec<String> =
+        [("outcome-kept", "executions whose outcome was lost"), ("callback-kept", "callbacks lost")]
+            .iter()
+            .filter(|(name, _)| s.checks.contains_key(*name))
+            .map(|(name, what)| {
+                let with = s.excused.get(*name).copied().unwrap_or(0);
+                format!("{what}: {with} with a reason, {} runs without ({name})", lost(name))
+            })
+            .collect();
+    if !parts.is_empty() {
+        println!("wasted work: {}", parts.join("; "));
+    }
 }
 
 /// The failures of the summary, one line per kind (scenario and invariant):

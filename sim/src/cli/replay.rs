@@ -118,6 +118,7 @@ fn pin_pass(entry: &Entry, file: &std::path::Path, trace_hash: &str) -> Result<P
 pub fn run(args: ReplayArgs) -> Result<i32, String> {
     let entry = Entry::load(&args.file)?;
     let mut spec = entry.spec(&args.file)?;
+    super::common::check_outputs(args.history.as_deref(), &args.pictures)?;
     spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {
         println!("seed: {}", entry.seed);

@@ -44,6 +44,7 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
     let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
         .with_plan(args.faults.plan())
         .with_defects(args.defects.set());
+    super::common::check_outputs(args.history.as_deref(), &args.pictures)?;
     spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {
         println!("seed: {}", args.seed);

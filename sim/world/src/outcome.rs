@@ -29,6 +29,9 @@ pub struct Outcome {
     pub leftover_permits: u64,
     /// Evaluations per invariant.
     pub checks: BTreeMap<String, u64>,
+    /// Losses excused per invariant (wasted work with a reason).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub excused: BTreeMap<String, u64>,
     /// Invariants that do not apply to the engine (what they judge is
     /// something it cannot do): neither passed nor failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

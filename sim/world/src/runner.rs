@@ -257,6 +257,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
             as u64,
         leftover_permits: leftover_permits(&result.history),
         checks: report.checks,
+        excused: report.excused,
         not_applicable: report.not_applicable.into_iter().collect(),
         coverage_not_applicable: report.coverage_not_applicable.into_iter().collect(),
         coverage: report.coverage.into_iter().collect(),

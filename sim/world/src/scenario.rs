@@ -370,7 +370,12 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
             }
         }
         if path.is_empty() || path == "." {
-            format!("{message}{at}")
+            // A value TOML itself cannot hold (an integer past i64) fails
+            // before any field is known: name the field from its line.
+            match line.and_then(|l| field_at_line(text, l)) {
+                Some(field) => format!("{field}: {message}{at}"),
+                None => format!("{message}{at}"),
+            }
         } else {
             format!("{path}: {message}{at}")
         }
@@ -392,6 +397,28 @@ fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The dotted path of the `key = value` on line `line` (1-based) of a TOML
+/// text: its table headers above it, then the key.
+fn field_at_line(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (key, _) = lines.get(line.checked_sub(1)?)?.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if !is_field_path(key) {
+        return None;
+    }
+    let above = &lines[..line - 1];
+    let Some(header) = above.iter().rev().map(|l| l.trim()).find(|l| l.starts_with('[')) else {
+        return Some(key.to_string());
+    };
+    let table = header.trim_start_matches('[').trim_end_matches(']').trim();
+    // `[[plan]]`: the n-th table of the array, counted from 0.
+    if header.starts_with("[[") {
+        let n = above.iter().filter(|l| l.trim() == header).count();
+        return Some(format!("{table}[{}].{key}", n.saturating_sub(1)));
+    }
+    Some(format!("{table}.{key}"))
 }
 
 /// Does `s` look like a field path (`lease_ttl.job_ms`, `queues[2]`)?
