@@ -6,7 +6,7 @@
 //! Ignored in a plain `cargo test` (another workspace unifies features
 //! differently, so a part of the harness's dependencies is built again: about
 //! three minutes on two cores the first time); `.ci/run` runs it with
-//! `-- --ignored`.
+//! `cargo test --test outside_crate -- --ignored`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
