@@ -62,25 +62,12 @@ impl CallbackKept {
         self.owed.insert(fence, (now, now + SLACK_MS));
     }
 
-    /// Why the callback of `fence`, answered at `from`, may be missing.
-    fn excuse(ctx: &Ctx, fence: &Fence, from: u64, to: u64) -> Option<&'static str> {
-        let v = &ctx.view;
-        if v.killed(fence.owner).is_some_and(|k| k <= to) {
-            return Some("killed");
-        }
-        let p = v.procs.get(&fence.owner.proc)?;
-        if p.paused_between(from, to) {
-            return Some("paused");
-        }
-        p.partitioned_between(from, to).then_some("cut off")
-    }
-
     fn judge(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         let due: Vec<Fence> = self.owed.iter().filter(|(_, &(_, due_ms))| due_ms < now).map(|(f, _)| *f).collect();
         for fence in due {
             let (answered_ms, due_ms) = self.owed.remove(&fence).expect("due callbacks are owed");
             self.evaluations += 1;
-            if Self::excuse(ctx, &fence, answered_ms, due_ms).is_some() {
+            if ctx.view.kept_from_acting(fence.owner, answered_ms, due_ms).is_some() {
                 self.excused += 1;
                 continue;
             }

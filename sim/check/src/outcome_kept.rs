@@ -96,19 +96,11 @@ impl OutcomeKept {
     /// An excuse the view's intervals give for `[from, to]`, if any.
     fn interval_excuse(ctx: &Ctx, fence: &Fence, from: u64, to: u64) -> Option<String> {
         let v = &ctx.view;
-        if let Some(p) = v.procs.get(&fence.owner.proc) {
-            if p.paused_between(from, to) {
-                return Some("its process was paused".into());
-            }
-            if p.partitioned_between(from, to) {
-                return Some("its process was cut off".into());
-            }
+        if let Some(why) = v.kept_from_acting(fence.owner, from, to) {
+            return Some(why.into());
         }
         if v.store_down.iter().any(|&(down, up)| down <= to && up.is_none_or(|u| u > from)) {
             return Some("the store was down".into());
-        }
-        if v.killed(fence.owner).is_some_and(|k| k <= to) {
-            return Some("it was killed".into());
         }
         let at_store = v
             .requests

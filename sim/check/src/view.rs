@@ -310,6 +310,20 @@ impl View {
         self.procs.get(&proc).is_some_and(|p| p.paused_between(from, to))
     }
 
+    /// What kept `owner` from acting in `[from, to]`, if anything: killed by
+    /// `to`, or its process paused or cut off within it. The excuse
+    /// `outcome-kept` and `callback-kept` share for work its process lost.
+    pub fn kept_from_acting(&self, owner: Owner, from: u64, to: u64) -> Option<&'static str> {
+        if self.killed(owner).is_some_and(|k| k <= to) {
+            return Some("it was killed");
+        }
+        let p = self.procs.get(&owner.proc)?;
+        if p.paused_between(from, to) {
+            return Some("its process was paused");
+        }
+        p.partitioned_between(from, to).then_some("its process was cut off")
+    }
+
     /// Was `owner` up, alive, running and connected during all of `[from, to]`?
     pub fn live_throughout(&self, owner: Owner, from: u64, to: u64) -> bool {
         let Some(o) = self.owners.get(&owner) else { return false };
