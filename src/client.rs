@@ -1,6 +1,7 @@
 //! The client side: enqueue work, create pipelines, query indexes with a lag
-//! timeout. An enqueue that gets no answer (or a retryable conflict) is sent
-//! again with the same idempotency key, so it creates its task at most once.
+//! timeout. An enqueue that gets no answer (or a retryable refusal: a
+//! conflict, a statement or lock timeout) is sent again with the same
+//! idempotency key, so it creates its task at most once.
 
 use crate::event::{Event, Observer};
 use crate::ids::{GroupId, IndexId, TaskId};
@@ -13,28 +14,55 @@ use std::time::Duration;
 /// Sends of one enqueue, at most (the first and its retries).
 pub const ENQUEUE_SENDS: u32 = 3;
 
+/// One application client's identity and key counter. A long-lived client
+/// makes many calls, each over a connection of its own: every handle built
+/// from one `ClientKeys` draws its idempotency keys from the same counter, so
+/// no two calls of that client share a key.
+#[derive(Clone, Default)]
+pub struct ClientKeys {
+    /// Distinct clients must have distinct ids: a key is unique only within
+    /// its client.
+    id: u64,
+    next_key: Arc<AtomicU64>,
+}
+
+impl ClientKeys {
+    pub fn new(id: u64) -> Self {
+        ClientKeys { id, next_key: Arc::new(AtomicU64::new(0)) }
+    }
+}
+
 pub struct Client<T> {
     transport: T,
     obs: Arc<dyn Observer>,
     rpc_timeout_ms: u64,
     /// This client's identity: its idempotency keys are its own.
-    id: u64,
-    next_key: AtomicU64,
+    keys: ClientKeys,
 }
 
 impl<T: Transport> Client<T> {
     pub fn new(transport: T, obs: Arc<dyn Observer>, rpc_timeout_ms: u64) -> Self {
-        Client { transport, obs, rpc_timeout_ms, id: 0, next_key: AtomicU64::new(0) }
+        Client { transport, obs, rpc_timeout_ms, keys: ClientKeys::default() }
     }
 
-    /// The client's identity (distinct clients must have distinct ids).
-    pub fn with_id(mut self, id: u64) -> Self {
-        self.id = id;
+    /// A client of its own with this identity (distinct clients must have
+    /// distinct ids).
+    pub fn with_id(self, id: u64) -> Self {
+        self.with_keys(ClientKeys::new(id))
+    }
+
+    /// A handle of the client these keys belong to (a long-lived client's
+    /// next call).
+    pub fn with_keys(mut self, keys: ClientKeys) -> Self {
+        self.keys = keys;
         self
     }
 
     fn key(&self) -> u64 {
-        (self.id << 24) | self.next_key.fetch_add(1, Ordering::Relaxed)
+        let n = self.keys.next_key.fetch_add(1, Ordering::Relaxed);
+        // A client's keys are its id and a counter below 2^24.
+        assert!(n < 1 << 24, "client {} made more than 2^24 keyed calls", self.keys.id);
+        (self.keys.id << 24) | n
     }
 
     async fn call(&self, req: Request, deadline_ms: u64) -> Option<Response> {
@@ -52,7 +80,12 @@ impl<T: Transport> Client<T> {
             let req = Request::Enqueue { spec: spec.clone(), key };
             match self.call(req, self.rpc_timeout_ms).await {
                 Some(Response::Enqueued { task }) => return Some(task),
-                Some(Response::Rejected { reason: Rejection::Conflict }) | None if send < ENQUEUE_SENDS => {
+                Some(Response::Rejected {
+                    reason: Rejection::Conflict | Rejection::TimedOut | Rejection::LockTimeout,
+                })
+                | None
+                    if send < ENQUEUE_SENDS =>
+                {
                     tokio::time::sleep(Duration::from_millis(100 << send)).await;
                 }
                 _ => return None,

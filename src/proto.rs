@@ -227,6 +227,9 @@ pub enum Rejection {
     /// replaced, the store restarted, or it already ended): nothing it wrote
     /// applies, and the statement did not run.
     TxnClosed,
+    /// A lock wait gave up (another transaction held the row): the
+    /// transaction is aborted and nothing was applied; retry it.
+    LockTimeout,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

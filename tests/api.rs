@@ -67,7 +67,7 @@ fn a_defect_is_reported_with_its_replay_lines() {
     let report = Simulation::from_scenario(two_workers()).seeds(1..=60).defect(Defect::UnfencedCompletion).run();
     assert!(!report.passed(), "unfenced completions went unnoticed on 60 seeds");
     let failed: Vec<u64> = report.failures().map(|run| run.seed).collect();
-    assert_eq!(failed, [15, 18, 44], "the same seeds fail on every machine");
+    assert_eq!(failed, [18, 34], "the same seeds fail on every machine");
     let first = report.failures().next().expect("a failure").failure.clone().expect("a failed run has a failure");
     assert_eq!(first.invariant, "fenced-completion");
     // Replaying that one seed fails the same way.
@@ -76,7 +76,7 @@ fn a_defect_is_reported_with_its_replay_lines() {
 
     let panic = std::panic::catch_unwind(|| report.assert_passes()).expect_err("assert_passes panics");
     let message = panic.downcast_ref::<String>().expect("a formatted message");
-    assert!(message.starts_with("two-workers: 3 of 60 seeds failed:"), "{message}");
+    assert!(message.starts_with("two-workers: 2 of 60 seeds failed:"), "{message}");
     for seed in failed {
         assert!(message.contains(&format!("FAIL two-workers seed {seed}: [fenced-completion]")), "{message}");
         assert!(message.contains(&format!(".seed({seed})")), "the replay line of seed {seed}: {message}");

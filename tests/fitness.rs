@@ -325,6 +325,37 @@ fn enqueue_rekeyed(from: Option<Owner>, req: Request, send: Call) -> Answer {
     })
 }
 
+/// A worker takes a refusal of its outcome write that says "nothing
+/// applied, try again" (a statement or lock timeout, a conflict) as final.
+fn outcome_refusal_final(from: Option<Owner>, req: Request, send: Call) -> Answer {
+    use leasesim::proto::Rejection::{Conflict, LockTimeout, NotOwner, TimedOut};
+    let outcome = from.is_some() && matches!(req.statement(), Request::Complete { .. } | Request::Fail { .. });
+    Box::pin(async move {
+        match send(req).await {
+            Ok(Response::Rejected { reason: Conflict | TimedOut | LockTimeout }) if outcome => {
+                Ok(Response::Rejected { reason: NotOwner })
+            }
+            other => other,
+        }
+    })
+}
+
+/// The client keys an enqueue by its content instead of by its call: a
+/// long-lived client's second call with equal content (another job) is
+/// answered with the first call's task. Calls from clients of their own
+/// never meet this bug; the swarm's long-lived clients do.
+fn enqueue_keyed_by_content(from: Option<Owner>, req: Request, send: Call) -> Answer {
+    let req = match req {
+        Request::Enqueue { spec, key: Some(key) } if from.is_none() => {
+            let content = format!("{:?}", (spec.kind, spec.group, spec.index, spec.stage));
+            let digest = content.bytes().fold(0u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)) & 0xff_ffff;
+            Request::Enqueue { spec, key: Some((key >> 24) << 24 | digest) }
+        }
+        other => other,
+    };
+    send(req)
+}
+
 /// The client gives up on an enqueue at the first conflict, or when its
 /// answer takes two seconds, as if either were final: the contract says it
 /// sends again (with its key) on both.
@@ -453,6 +484,7 @@ fitness! {
     exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
     enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_rekeyed), within 40;
     callback_kept: "callback-kept" in "swarm" by Calls("applied completions taken as errors", drops_applied_completions), within 20;
+    enqueue_by_content: "enqueue-once" in "swarm" by Calls("enqueue keyed by its content", enqueue_keyed_by_content), within 40;
     enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
@@ -463,6 +495,7 @@ fitness! {
     concurrency_bound: "concurrency-bound" in "a-index-builds" by Drift("six permits", |c| c.concurrency = 6), within 20;
     outcome_truth: "outcome-truth" in "swarm" by Calls("failures recorded as completions", failure_completes), within 20;
     outcome_kept: "outcome-kept" in "swarm" by Calls("failures lost at the worker", loses_failures), within 20;
+    outcome_retried: "outcome-kept" in "swarm" by Calls("a retryable refusal of an outcome taken as final", outcome_refusal_final), within 40;
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
     testimony: "testimony" in "c-workflows" by SilentReleases, within 40;

@@ -155,7 +155,9 @@ async fn outcome_call<T: Transport, H: TaskHandler>(
     let mut pause_ms = 100;
     loop {
         match ctx.call(req.clone()).await {
-            None | Some(Response::Rejected { reason: Rejection::Conflict }) => {
+            None
+            | Some(Response::Rejected { reason: Rejection::Conflict | Rejection::TimedOut | Rejection::LockTimeout }) =>
+            {
                 tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                 pause_ms = (pause_ms * 2).min(ctx.cfg.rpc_timeout_ms);
             }
@@ -235,7 +237,12 @@ impl<T: Transport, H: TaskHandler> Drop for RollbackOnDrop<'_, T, H> {
 
 /// Answers after which the transaction is tried again from the start.
 fn retryable(resp: &Response) -> bool {
-    matches!(resp, Response::Rejected { reason: Rejection::Conflict | Rejection::TimedOut | Rejection::TxnClosed })
+    matches!(
+        resp,
+        Response::Rejected {
+            reason: Rejection::Conflict | Rejection::TimedOut | Rejection::TxnClosed | Rejection::LockTimeout
+        }
+    )
 }
 
 /// Ends a transaction the worker gave up on, without waiting: the store
@@ -306,8 +313,9 @@ async fn keep_renewed<T: Transport, H: TaskHandler>(
         ctx.sleep_until_local(expiry_ms.saturating_sub(margin_ms)).await;
         match ctx.call_within(Request::Renew { fence }, deadline_ms).await {
             Some(Response::Renewed { lease_expiry_ms }) => expiry_ms = lease_expiry_ms,
-            // A transaction that timed out or conflicted is worth another try.
-            Some(Response::Rejected { reason: Rejection::Conflict }) => {
+            // A transaction that timed out, waited out a lock or conflicted
+            // is worth another try: nothing of it applied.
+            Some(Response::Rejected { reason: Rejection::Conflict | Rejection::TimedOut | Rejection::LockTimeout }) => {
                 tokio::time::sleep(Duration::from_millis((margin_ms / 4).max(1))).await
             }
             Some(Response::Rejected { .. }) => return,

@@ -9,7 +9,7 @@
 
 use super::view::held_by;
 use super::{answer, commit, fact, granted, lost_holder, promise, Ctx};
-use leasesim_vocab::faults::FaultKind;
+use leasesim_vocab::faults::{Aim, Anchor, FaultKind};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::{Op, Refusal, Response};
@@ -104,6 +104,8 @@ points! {
     STALE_OUTCOME = "stale-outcome-arrived": "a completion or failure from an attempt that no longer held its task reached the store (whatever the store then did with it)";
     QUEUE_WAIT = "queued-task-behind-running-one": "a task of a named queue was due while another task of that queue ran";
     EXIT_HOLDING = "worker-exited-holding-tasks": "a worker process exited on its own (not killed) while it held tasks";
+    LOCK_TIMED_OUT = "lock-wait-timed-out": "a write waited on a row lock past the lock timeout and was told so (SQLSTATE 55P03): its transaction aborted, nothing applied";
+    EQUAL_CALLS = "equal-calls-from-one-client": "one long-lived client made two enqueue calls with equal content, and both were acknowledged";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -132,7 +134,8 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         | "statement-after-transaction-closed"
         | "lock-wait"
         | "transaction-abandoned"
-        | "serialization-failure-retried" => caps.transactions,
+        | "serialization-failure-retried"
+        | "lock-wait-timed-out" => caps.transactions,
         "expired-lease-locked" => caps.transactions && caps.leases,
         "duplicate-write-absorbed" => caps.redelivery,
         "queued-task-behind-running-one" => caps.named_queues,
@@ -166,7 +169,14 @@ pub struct Coverage {
     serialization_refused: std::collections::VecDeque<(Sender, Op)>,
     /// Processes a fault is killing (its record comes right before the kill).
     killed_by_fault: BTreeSet<u32>,
+    /// Faults the history suggests toward points not yet reached (at most
+    /// `AIMS_PER_POINT` each, the first ones seen).
+    aims: Vec<Aim>,
 }
+
+/// Aims kept per point: the first few moments are as good as any, and a
+/// run's aims must stay small.
+const AIMS_PER_POINT: usize = 3;
 
 impl Coverage {
     /// The names of the points reached.
@@ -196,6 +206,15 @@ impl Coverage {
             };
             if self.open(LOCK_WAIT) && fence.is_some_and(waits) {
                 self.hit(LOCK_WAIT);
+            }
+            // A statement of an open transaction on a leased row: its owner
+            // paused right after it keeps the transaction open past the
+            // lease's expiry.
+            let in_txn = matches!(request, Op::Exec { commit: false, .. });
+            let row = fence.and_then(|f| ctx.view.task(f.task).filter(|t| t.held_by(f)).map(|t| (f, &t.row)));
+            if let Some((f, expiry_ms)) = row.and_then(|(f, r)| r.lease_expiry_ms.map(|e| (f, e))).filter(|_| in_txn) {
+                let window = (now + 1, expiry_ms.saturating_sub(now) + 3_000);
+                self.aim(EXPIRED_LOCKED, FaultKind::ProcessPause, Some(f.owner.proc), window, Anchor::Start);
             }
         }
         if !ctx.view.abandoned.is_empty() {
@@ -280,6 +299,38 @@ impl Coverage {
         self.reached & point.bit() == 0
     }
 
+    /// Proposes a fault toward `point`, while the run has not reached it.
+    /// The first moments are kept: keeping the ones that need the shortest
+    /// fault instead measured no better (`bench coverage`, 10 starts).
+    fn aim(&mut self, point: PointId, kind: FaultKind, proc: Option<u32>, window: (u64, u64), anchor: Anchor) {
+        let name = point.name();
+        if !self.open(point) || self.aims.iter().filter(|a| a.point == name).count() >= AIMS_PER_POINT {
+            return;
+        }
+        let (at_ms, for_ms) = window;
+        let aim = Aim { point: name.to_string(), kind, proc, at_ms, for_ms, anchor, rate_permille: None };
+        self.aims.push(aim);
+    }
+
+    /// A failed task will be tried again: bodies that keep failing on write
+    /// conflicts from now on spend its budget.
+    fn aim_exhaustion(&mut self, now: u64, ctx: &Ctx) {
+        let cfg = ctx.promises();
+        let budget_ms = (cfg.max_retries as u64 + 1) * (cfg.rpc_timeout_ms + 5_000);
+        let before = self.aims.len();
+        self.aim(RETRIES_EXHAUSTED, FaultKind::WriteConflict, None, (now, budget_ms.min(120_000)), Anchor::Start);
+        if let Some(aim) = self.aims.get_mut(before) {
+            aim.rate_permille = Some(900);
+        }
+    }
+
+    /// The aims toward points the run never reached.
+    pub fn take_aims(&mut self) -> Vec<Aim> {
+        let aims = std::mem::take(&mut self.aims);
+        let reached = self.reached();
+        aims.into_iter().filter(|a| !reached.contains(a.point.as_str())).collect()
+    }
+
     fn expired_running(&mut self, now: u64, ctx: &Ctx) {
         let v = &ctx.view;
         for id in &v.leased {
@@ -346,6 +397,14 @@ impl Coverage {
                 if row.is_some_and(|r| held_by(r, fence) && r.lease_expiry_ms.is_some_and(|e| e <= now)) {
                     self.hit(LEASE_CHECK_AFTER_EXPIRY);
                 }
+                // A check in time: its owner paused just before sending it,
+                // past the expiry, sends it after.
+                if let Some(expiry_ms) = row.filter(|r| held_by(r, fence)).and_then(|r| r.lease_expiry_ms) {
+                    let sent_ms = a.request.arrived_ms.saturating_sub(20);
+                    let window = (sent_ms, expiry_ms.saturating_sub(sent_ms) + 1_000);
+                    let proc = Some(fence.owner.proc);
+                    self.aim(LEASE_CHECK_AFTER_EXPIRY, FaultKind::ProcessPause, proc, window, Anchor::Start);
+                }
             }
             Op::EnqueueStage { .. } if refused => self.hit(STAGE_REFUSED),
             Op::QueryIndex { lag_timeout_ms, .. } => {
@@ -405,6 +464,13 @@ impl Coverage {
                 }
             }
             if let Some(fence) = granted(change) {
+                if after.lease_expiry_ms.is_none() && cfg.dead_after_ms < u64::MAX / 8 {
+                    // Paused past the dead timeout and a cleanup pass, its
+                    // owner comes back to find the task released as dead.
+                    let pause_ms = cfg.dead_after_ms + cfg.cleanup_interval_ms + 2_000;
+                    let window = (now + 500, pause_ms);
+                    self.aim(ZOMBIE_RELEASED, FaultKind::ProcessPause, Some(fence.owner.proc), window, Anchor::Start);
+                }
                 if self.last_release.remove(&fence.task).is_some_and(|lost| lost.owner == fence.owner) {
                     self.hit(SAME_OWNER_RECLAIM);
                 }
@@ -433,6 +499,10 @@ impl Coverage {
             if after.state == TaskState::Ready && error == Some(TaskError::Conflict) {
                 self.hit(CONFLICT_RETRIED);
             }
+            if after.state == TaskState::Ready && error.is_some() && after.retries <= cfg.max_retries {
+                // Every later attempt fails too: its budget runs out.
+                self.aim_exhaustion(now, ctx);
+            }
         }
     }
 
@@ -444,6 +514,12 @@ impl Coverage {
             Some(Op::Repair { .. }) => {
                 if before.lease_expiry_ms == Some(now) {
                     self.hit(REPAIR_AT_EXPIRY);
+                }
+                // Late by a little: a stall that lets the requests it held go
+                // at the expiry lands a repair pass on that millisecond.
+                if let Some(expiry_ms) = before.lease_expiry_ms.filter(|e| *e < now) {
+                    let window = (expiry_ms.saturating_sub(4_000), 4_000.min(expiry_ms));
+                    self.aim(REPAIR_AT_EXPIRY, FaultKind::StoreStall, None, window, Anchor::End);
                 }
                 let group = before.spec.group;
                 let healthy = v.leased.iter().filter_map(|id| v.task(*id)).any(|t| {
@@ -484,6 +560,7 @@ impl Coverage {
                 }
             }
             Some(Fact::Refused { fault: Some(FaultKind::TxnTimeout), .. }) => self.hit(TXN_TIMEOUT),
+            Some(Fact::Refused { fault: Some(FaultKind::LockTimeout), .. }) => self.hit(LOCK_TIMED_OUT),
             Some(Fact::Refused { req, fault: Some(FaultKind::SerializationFailure), .. }) => {
                 // A duplicate's refusal reaches nobody: nobody retries it.
                 let Some(r) = v.request(*req).filter(|r| !r.duplicate) else { return };
@@ -514,9 +591,22 @@ impl Coverage {
                     self.hit(FRESH_INDEX);
                 }
             }
+            Some(Fact::ClientAnswered { call, answer: ClientAnswer::Enqueued { task: Some(_) } })
+                if self.open(EQUAL_CALLS) && equal_call_acknowledged(v, *call) =>
+            {
+                self.hit(EQUAL_CALLS);
+            }
             _ => {}
         }
     }
+}
+
+/// Was `call` acknowledged after another enqueue of its client, with equal
+/// content, was acknowledged too?
+fn equal_call_acknowledged(v: &crate::view::View, call: u64) -> bool {
+    let acked = |c: &crate::view::CallView| matches!(c.answer, Some((_, ClientAnswer::Enqueued { task: Some(_) })));
+    let Some(this) = v.calls.get(&call) else { return false };
+    v.calls.iter().any(|(n, c)| *n != call && c.client == this.client && c.what == this.what && acked(c))
 }
 
 /// Writes whose second delivery the store must absorb.
@@ -605,6 +695,75 @@ mod tests {
                 h.build()
             }
             => [CONFLICT_RETRIED, RETRIES_EXHAUSTED];
+    }
+
+    /// The aims of a history, as (point, kind, proc, at, for, anchor).
+    fn aims(history: Vec<Record>) -> Vec<(String, FaultKind, Option<u32>, u64, u64, Anchor)> {
+        let report = crate::check(&spec(), &history);
+        report.aims.into_iter().map(|a| (a.point, a.kind, a.proc, a.at_ms, a.for_ms, a.anchor)).collect()
+    }
+
+    /// A lease check that came in time (t1's lease runs to 3010 ms, the
+    /// check arrives at 1000 ms) suggests a pause of its owner from just
+    /// before it was sent until a second past the expiry; the body's
+    /// grant and the check are all it saw, so that is the one aim.
+    #[test]
+    fn a_lease_check_in_time_aims_a_pause_across_the_expiry() {
+        let h = H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(900)
+            .finished(1, 1, o(1, 1), true)
+            .at(1_000)
+            .lease_checked(1, 1, o(1, 1), true)
+            .completed(1, 1, o(1, 1))
+            .callback(1, 1, o(1, 1))
+            .unpermit(o(1, 1), 1, 1)
+            .build();
+        let want = vec![(
+            LEASE_CHECK_AFTER_EXPIRY.name().to_string(),
+            FaultKind::ProcessPause,
+            Some(1),
+            980,
+            3_030,
+            Anchor::Start,
+        )];
+        assert_eq!(aims(h), want);
+    }
+
+    /// A heartbeat-owned grant suggests pausing its owner past the dead
+    /// timeout and a cleanup pass (200 s + 30 s + 2 s), half a second later.
+    #[test]
+    fn a_heartbeat_owned_grant_aims_a_pause_past_the_dead_timeout() {
+        let h = H::new().up(o(1, 1)).created(1, TaskKind::Job).attempt_ok(10, 1, 1, o(1, 1)).build();
+        let want =
+            vec![(ZOMBIE_RELEASED.name().to_string(), FaultKind::ProcessPause, Some(1), 510, 232_000, Anchor::Start)];
+        assert_eq!(aims(h), want);
+    }
+
+    /// Once the run reaches the point, its aims are dropped: a second lease
+    /// check, after the expiry, reaches what the first one aimed at.
+    #[test]
+    fn a_reached_point_keeps_no_aims() {
+        let h = H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(900)
+            .finished(1, 1, o(1, 1), true)
+            .at(1_000)
+            .lease_checked(1, 1, o(1, 1), true)
+            .at(3_100)
+            .lease_checked(1, 1, o(1, 1), true)
+            .build();
+        assert_eq!(aims(h), vec![]);
     }
 
     #[test]

@@ -110,14 +110,14 @@ mod tests {
             => PASS;
         a_retried_enqueue_creates_two_tasks:
             {
-                let h = H::new().fact(Fact::ClientCalled { call: 1, what: ClientCall::Enqueue { spec: spec() } });
+                let h = H::new().fact(Fact::ClientCalled { call: 1, client: 1, what: ClientCall::Enqueue { spec: spec() } });
                 let h = enqueue(enqueue(h, 1).at(10_000), 2);
                 h.fact(Fact::ClientAnswered { call: 1, answer: ClientAnswer::Enqueued { task: Some(2) } }).build()
             }
             => &[(NAME, Some(2))];
         told_an_id_it_did_not_create:
             {
-                let h = H::new().fact(Fact::ClientCalled { call: 1, what: ClientCall::Enqueue { spec: spec() } });
+                let h = H::new().fact(Fact::ClientCalled { call: 1, client: 1, what: ClientCall::Enqueue { spec: spec() } });
                 enqueue(h, 1).fact(Fact::ClientAnswered { call: 1, answer: ClientAnswer::Enqueued { task: Some(9) } }).build()
             }
             => &[(NAME, Some(9))];

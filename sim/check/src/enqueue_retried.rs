@@ -188,7 +188,8 @@ mod tests {
     /// Client call 1 sends its enqueue once per entry of `answers` (each
     /// answered 100 ms later as it says, `None`: lost), then is told it failed.
     fn call_failing(answers: &[Option<Response>], told_at_ms: u64) -> Vec<leasesim_vocab::history::Record> {
-        let mut h = H::new().fact(Fact::ClientCalled { call: 1, what: ClientCall::Enqueue { spec: spec() } });
+        let mut h =
+            H::new().fact(Fact::ClientCalled { call: 1, client: 1, what: ClientCall::Enqueue { spec: spec() } });
         for (i, answer) in answers.iter().enumerate() {
             let (next, req) =
                 h.at(i as u64 * 1_000).arrive(Sender::Client(1), Op::Enqueue { spec: spec(), key: Some(7) });
@@ -204,7 +205,7 @@ mod tests {
     /// Call 1's one send, answered `response` at `at_ms`; then it is told
     /// it failed.
     fn answered_at(at_ms: u64, response: Response) -> Vec<leasesim_vocab::history::Record> {
-        let h = H::new().fact(Fact::ClientCalled { call: 1, what: ClientCall::Enqueue { spec: spec() } });
+        let h = H::new().fact(Fact::ClientCalled { call: 1, client: 1, what: ClientCall::Enqueue { spec: spec() } });
         let (h, req) = h.arrive(Sender::Client(1), Op::Enqueue { spec: spec(), key: Some(7) });
         // A success commits its row; a refusal commits nothing.
         let mut commit = Commit::default();

@@ -124,6 +124,10 @@ pub struct Report {
     /// Per invariant that excuses losses: how many it excused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub excused: BTreeMap<String, u64>,
+    /// Faults the history suggests toward points the run did not reach
+    /// (guidance only: never part of a verdict or of a report's output).
+    #[serde(skip)]
+    pub aims: Vec<leasesim_vocab::faults::Aim>,
 }
 
 /// What the checkers hold a run to: the engine's declared promises and
@@ -263,6 +267,7 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
     sink.take(&mut found);
     let checks = checkers.iter().map(|c| (c.name().to_string(), c.evaluations())).collect();
     let excused = checkers.iter().filter(|c| c.excused() > 0).map(|c| (c.name().to_string(), c.excused())).collect();
+    let aims = coverage.take_aims();
     let coverage = coverage.reached().iter().map(|p| p.to_string()).collect();
     let not_applicable = not_applicable.iter().map(|c| c.name().to_string()).collect();
     let coverage_not_applicable = coverage::POINTS
@@ -270,7 +275,7 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
         .filter(|p| !coverage::applies(p.name, &spec.caps))
         .map(|p| p.name.to_string())
         .collect();
-    Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable, excused }
+    Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable, excused, aims }
 }
 
 // ---------------------------------------------------------------------------

@@ -13,17 +13,27 @@
 //! and injected, when within the window:
 //!
 //! - a request of that owner (the attempt's own, or one no fence names: a
-//!   COMMIT, a ROLLBACK) was lost, refused or held at the store seam, or was
-//!   still at the store at the deadline, or its answer was lost or held back;
-//! - the store answered its outcome with a refusal of the store's own (a
-//!   lock or statement timeout, a deadlock, the store unavailable, the
-//!   transaction no longer open);
+//!   COMMIT, a ROLLBACK) was lost or held at the store seam, or was still at
+//!   the store at the deadline, or its answer was lost or held back;
+//! - the store refused it in a way no retry helps (a fault's refusal that
+//!   is not retryable, the store unavailable);
 //! - the owner was killed, paused or cut off, or the store was down.
+//!
+//! A refusal that says "nothing applied, try again" (a serialization
+//! failure 40001, a statement timeout 57014, a lock wait given up 55P03, a
+//! deadlock 40P01, a transaction no longer open) excuses nothing by itself:
+//! the engine owes another try, a request naming the attempt that reaches
+//! the store after it. Without one the loss is unexcused, unless the refusal
+//! came too late for a try within the deadline: less than one RPC deadline
+//! (half the finalization deadline, at most) and the slack before it. An
+//! engine that promises no such retry (`Promises::outcome_retry`) is excused
+//! by the refusal, as by any other.
 //!
 //! A loss without an excuse is a violation even when recovery then runs the
 //! task again correctly: the engine threw away work it had done.
 
 use super::{commit, fact, Checker, Ctx, Violation};
+use crate::view::RequestView;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::{Op, Refusal, Response};
@@ -43,6 +53,11 @@ struct Owed {
     deadline_ms: u64,
     /// What the harness saw that may have lost it.
     excuse: Option<String>,
+    /// A retryable refusal of one of its requests (when, what) that no
+    /// later request of the attempt has answered yet.
+    untried: Option<(u64, Refusal)>,
+    /// When the latest request naming the attempt reached the store.
+    tried_ms: u64,
 }
 
 #[derive(Default)]
@@ -70,9 +85,53 @@ impl OutcomeKept {
         }
     }
 
+    /// A retryable refusal of a request that may carry the owed outcomes of
+    /// its owner: each of them owes a try after it.
+    /// A try that reached the store after the refused one answers for it.
+    fn refused(&mut self, r: &RequestView, owner: leasesim_vocab::ids::Owner, now: u64, reason: Refusal) {
+        for (fence, owed) in self.owed.iter_mut().filter(|(f, _)| f.owner == owner) {
+            if may_carry(&r.request, fence) && owed.tried_ms <= r.arrived_ms {
+                owed.untried = Some((now, reason));
+            }
+        }
+    }
+
+    /// A request naming `fence` reached the store: the engine tried again.
+    fn tried(&mut self, fence: &Fence, now: u64) {
+        if let Some(owed) = self.owed.get_mut(fence) {
+            owed.untried = None;
+            owed.tried_ms = now;
+        }
+    }
+
     /// What a record shows about the owed outcomes' requests and owners.
     fn note(&mut self, rec: &Record, ctx: &Ctx) {
         let request_of = |req: &u64| ctx.view.request(*req).map(|r| (r.from, r.request.clone()));
+        let live = |req: &u64| ctx.view.request(*req).filter(|r| !r.duplicate);
+        let owes_retry = ctx.promises().outcome_retry;
+        let retryable_refusal = match &rec.entry {
+            Entry::Truth(Fact::Refused { req, response: Response::Rejected { reason }, .. })
+            | Entry::Truth(Fact::Answered { req, response: Response::Rejected { reason }, .. })
+                if owes_retry && retryable(reason) =>
+            {
+                Some((req, *reason))
+            }
+            _ => None,
+        };
+        if let Some((req, reason)) = retryable_refusal {
+            if let Some(r) = live(req) {
+                if let Sender::Worker(owner) = r.from {
+                    self.refused(r, owner, rec.at_ms, reason);
+                }
+            }
+            return;
+        }
+        if let Entry::Truth(Fact::Arrived { req, .. }) = &rec.entry {
+            if let Some(fence) = live(req).and_then(|r| r.request.fence()) {
+                self.tried(fence, rec.at_ms);
+            }
+            return;
+        }
         let (why, req) = match &rec.entry {
             Entry::Truth(Fact::Dropped { req }) => ("a request of it was lost at the store seam", req),
             Entry::Truth(Fact::Refused { req, .. }) => ("a request of it was refused by a fault", req),
@@ -122,6 +181,37 @@ impl OutcomeKept {
                 self.excused += 1;
                 continue;
             }
+            let room_ms = |refused_ms: u64| owed.deadline_ms.saturating_sub(refused_ms);
+            // An engine may pause up to one RPC deadline between tries (half
+            // its finalization deadline at most: a longer pause is no retry).
+            let cfg = ctx.promises();
+            let too_late = cfg.rpc_timeout_ms.min(cfg.finalize_deadline_ms / 2) + SLACK_MS;
+            if let Some((refused_ms, reason)) = owed.untried {
+                if room_ms(refused_ms) < too_late {
+                    self.excused += 1;
+                    continue;
+                }
+                out.push(
+                    Violation::new(
+                        NAME,
+                        now,
+                        format!(
+                            "t{}: the body of attempt {} ({}) ended at {} ms with the task still its own; the store \
+                             refused its outcome at {refused_ms} ms with a retryable {} (nothing applied: try again), \
+                             and the engine sent nothing more for it by {} ms (finalization deadline {} ms)",
+                            fence.task,
+                            fence.attempt,
+                            fence.owner,
+                            owed.ended_ms,
+                            reason.name(),
+                            owed.deadline_ms,
+                            ctx.promises().finalize_deadline_ms
+                        ),
+                    )
+                    .fence(&fence),
+                );
+                continue;
+            }
             out.push(
                 Violation::new(
                     NAME,
@@ -144,11 +234,17 @@ impl OutcomeKept {
     }
 }
 
-/// A refusal the store makes on its own account, which no engine can help.
+/// A refusal the store makes on its own account, which no retry helps (or
+/// one the engine promises no retry for: `Promises::outcome_retry`).
 fn store_side(reason: &Refusal) -> bool {
+    matches!(reason, Refusal::Unavailable) || retryable(reason)
+}
+
+/// A refusal that says nothing applied and a new try may succeed.
+fn retryable(reason: &Refusal) -> bool {
     matches!(
         reason,
-        Refusal::LockTimeout | Refusal::Deadlock | Refusal::Unavailable | Refusal::TxnClosed | Refusal::TimedOut
+        Refusal::Conflict | Refusal::TimedOut | Refusal::LockTimeout | Refusal::Deadlock | Refusal::TxnClosed
     )
 }
 
@@ -170,7 +266,7 @@ impl Checker for OutcomeKept {
                 ctx.view.task(fence.task).is_some_and(|t| t.row.lease_expiry_ms.is_none_or(|expiry| expiry > now));
             if held && unexpired {
                 let deadline_ms = now + ctx.promises().finalize_deadline_ms + SLACK_MS;
-                self.owed.insert(*fence, Owed { ended_ms: now, deadline_ms, excuse: None });
+                self.owed.insert(*fence, Owed { ended_ms: now, deadline_ms, excuse: None, untried: None, tried_ms: 0 });
             }
         }
         self.note(rec, ctx);
@@ -209,9 +305,29 @@ impl Checker for OutcomeKept {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, fence, o, H, PASS};
-    use leasesim_vocab::op::Op;
+    use leasesim_vocab::faults::FaultKind;
+    use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::task::TaskKind;
     use leasesim_vocab::truth::{Fact, Sender};
+
+    /// t1's body returned at 100 ms holding it, and its completion was
+    /// refused at `at_ms` by a statement timeout.
+    fn refused_at(at_ms: u64) -> H {
+        let (h, req) = H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+            .at(at_ms)
+            .arrive(Sender::Worker(o(1, 1)), Op::Complete { fence: fence(1, 1, o(1, 1)) });
+        let response = Response::Rejected { reason: Refusal::TimedOut };
+        h.fact(Fact::Refused { req, response, fault: Some(FaultKind::TxnTimeout) })
+    }
 
     cases! {
         an_outcome_committed_in_time_passes:
@@ -256,6 +372,19 @@ mod tests {
                 .at(2_200).heartbeat(o(1, 1))
                 .build()
             => PASS;
+        a_retryable_refusal_not_tried_again:
+            // The completion was refused at 200 ms with a statement timeout
+            // (nothing applied); 1900 ms were left, and nothing more came.
+            refused_at(200).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
+            => &[(NAME, Some(1))];
+        a_retryable_refusal_tried_again_and_committed:
+            refused_at(200).at(400).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(2_200).heartbeat(o(1, 1)).build()
+            => PASS;
+        a_retryable_refusal_too_late_to_try_again:
+            // 1500 ms (half the deadline and the slack) are needed; 1100 were left.
+            refused_at(1_000).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
+            => PASS;
         an_outcome_due_after_the_end_is_not_judged:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
                 .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
@@ -263,5 +392,15 @@ mod tests {
                 .at(1_500).heartbeat(o(1, 1))
                 .build()
             => PASS;
+    }
+
+    /// An engine that promises no retry of its outcome writes (graphile's
+    /// ReleaseJobError) is excused by the refusal itself.
+    #[test]
+    fn a_retryable_refusal_excuses_an_engine_that_promises_no_retry() {
+        let mut spec = crate::testkit::spec();
+        spec.promises.outcome_retry = false;
+        let history = refused_at(200).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build();
+        crate::testkit::run_case_in("promises no retry", &spec, history, PASS);
     }
 }

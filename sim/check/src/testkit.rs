@@ -61,6 +61,7 @@ pub fn promises() -> Promises {
             send_timeout_ms: 10_000,
             retry_on: vec![leasesim_vocab::op::Refusal::Conflict],
         }),
+        outcome_retry: true,
     }
 }
 
@@ -110,7 +111,12 @@ pub const PASS: Expect = &[];
 /// The one check function of every case: the whole list of violations must
 /// be the expected one.
 pub fn run_case(name: &str, history: Vec<Record>, expect: Expect) -> Report {
-    let report = check(&spec(), &history);
+    run_case_in(name, &spec(), history, expect)
+}
+
+/// [`run_case`] under another spec (a promise the case turns off).
+pub fn run_case_in(name: &str, spec: &Spec, history: Vec<Record>, expect: Expect) -> Report {
+    let report = check(spec, &history);
     let got: BTreeSet<(String, Option<TaskId>)> =
         report.violations.iter().map(|v| (v.invariant.clone(), v.task)).collect();
     let want: BTreeSet<(String, Option<TaskId>)> = expect.iter().map(|(i, t)| (i.to_string(), *t)).collect();
@@ -335,7 +341,7 @@ impl H {
         let from = Sender::Client(call);
         let what = ClientCall::Enqueue { spec: spec.clone() };
         let event = Event::TaskCreated { task, spec: spec.clone(), retry_at_ms: spec.not_before_ms };
-        self.fact(Fact::ClientCalled { call, what })
+        self.fact(Fact::ClientCalled { call, client: call, what })
             .answer(
                 from,
                 Op::Enqueue { spec: spec.clone(), key: None },
@@ -354,7 +360,8 @@ impl H {
         let call = self.call();
         let spec =
             TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0, queue: None };
-        let mut h = self.fact(Fact::ClientCalled { call, what: ClientCall::Enqueue { spec: spec.clone() } });
+        let mut h =
+            self.fact(Fact::ClientCalled { call, client: call, what: ClientCall::Enqueue { spec: spec.clone() } });
         for _ in 0..sends {
             let (next, req) = h.arrive(Sender::Client(call), Op::Enqueue { spec: spec.clone(), key: Some(call) });
             h = next.fact(Fact::Dropped { req });
@@ -589,7 +596,7 @@ impl H {
     pub fn queried_after(mut self, index: IndexId, store: Option<bool>, materialized: bool, gap_ms: u64) -> Self {
         let call = self.call();
         let what = ClientCall::Query { index, lag_timeout_ms: 1000 };
-        let mut h = self.fact(Fact::ClientCalled { call, what });
+        let mut h = self.fact(Fact::ClientCalled { call, client: call, what });
         h = match store {
             Some(m) => h.answer(
                 Sender::Client(call),

@@ -219,6 +219,8 @@ pub enum TxnEnd {
 /// One call of the application's client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallView {
+    /// The application client that made the call.
+    pub client: u64,
     pub what: ClientCall,
     pub called_ms: u64,
     pub answer: Option<(u64, ClientAnswer)>,
@@ -611,8 +613,9 @@ impl View {
                 }
                 self.owners.entry(*on).or_default().bodies.remove(fence);
             }
-            Fact::ClientCalled { call, what } => {
-                self.calls.insert(*call, CallView { what: what.clone(), called_ms: now, answer: None });
+            Fact::ClientCalled { call, client, what } => {
+                let view = CallView { client: *client, what: what.clone(), called_ms: now, answer: None };
+                self.calls.insert(*call, view);
             }
             Fact::ClientAnswered { call, answer } => {
                 if let Some(c) = self.calls.get_mut(call) {

@@ -25,12 +25,13 @@ pub enum FaultKind {
     StoreCrash,
     DuplicateDelivery,
     SerializationFailure,
+    LockTimeout,
 }
 
 impl FaultKind {
     // New kinds go at the end: plans draw a coin per kind in this order, so
     // a kind added in the middle would reshuffle every plan after it.
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::HungFinalization,
         FaultKind::ProcessKill,
         FaultKind::StalePoll,
@@ -48,6 +49,7 @@ impl FaultKind {
         FaultKind::StoreCrash,
         FaultKind::DuplicateDelivery,
         FaultKind::SerializationFailure,
+        FaultKind::LockTimeout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +71,7 @@ impl FaultKind {
             FaultKind::StoreCrash => "store-crash",
             FaultKind::DuplicateDelivery => "duplicate-delivery",
             FaultKind::SerializationFailure => "serialization-failure",
+            FaultKind::LockTimeout => "lock-timeout",
         }
     }
 
@@ -99,12 +102,63 @@ impl FaultKind {
             }
             FaultKind::DuplicateDelivery => "a request is delivered to the store a second time, a little later",
             FaultKind::SerializationFailure => "a write's transaction fails with a retryable conflict: nothing applied",
+            FaultKind::LockTimeout => {
+                "a write waits on a row lock past the store's lock timeout: its transaction aborts, nothing applied (SQLSTATE 55P03)"
+            }
+        }
+    }
+
+    /// What the store answers a request a fault of this kind aborts with,
+    /// for the kinds that abort one: what PostgreSQL answers in the
+    /// situation the fault stands for (`tests/store_answers.rs` provokes
+    /// each on a real server). An engine at READ COMMITTED may answer a
+    /// serialization failure as the deadlock it is there (its adapter's
+    /// `refuse` says so).
+    pub fn answer(self) -> Option<crate::op::Refusal> {
+        use crate::op::Refusal;
+        match self {
+            FaultKind::TxnTimeout => Some(Refusal::TimedOut),
+            FaultKind::LockTimeout => Some(Refusal::LockTimeout),
+            FaultKind::SerializationFailure => Some(Refusal::Conflict),
+            _ => None,
         }
     }
 
     pub fn from_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
     }
+}
+
+/// A fault a run's history suggests toward a coverage point the run did not
+/// reach: "a pause of p2 from 41200 ms for 9 s would have had its lease
+/// check arrive after its lease ran out". Coverage proposes it from what it
+/// saw (a lease's expiry, a repair just too late, an open transaction);
+/// guided campaigns add it to the run's own plan, on the run's own seed, so
+/// the history up to the fault is the same and the moment is still there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aim {
+    /// The coverage point it aims at.
+    pub point: String,
+    pub kind: FaultKind,
+    /// The process it hits (faults of one process).
+    pub proc: Option<u32>,
+    pub at_ms: u64,
+    pub for_ms: u64,
+    /// The side of the window that matters: the other may be moved.
+    pub anchor: Anchor,
+    /// The chance per request in thousandths, for a rate fault (`None`:
+    /// drawn as usual).
+    pub rate_permille: Option<u32>,
+}
+
+/// Which edge of an aimed fault's window is the point of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Anchor {
+    /// It must start at `at_ms` (a pause before a request is sent).
+    Start,
+    /// It must end at `at_ms + for_ms` (a stall that lets requests go at
+    /// a lease's expiry).
+    End,
 }
 
 impl std::fmt::Display for FaultKind {

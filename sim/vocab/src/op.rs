@@ -241,6 +241,43 @@ impl Refusal {
             Refusal::Error => "error",
         }
     }
+
+    /// The refusal a SQLSTATE stands for (an engine's driver error, named).
+    pub fn of_sqlstate(code: Option<&str>) -> Refusal {
+        match code {
+            Some("40001") => Refusal::Conflict,
+            Some("57014") => Refusal::TimedOut,
+            Some("55P03") => Refusal::LockTimeout,
+            Some("40P01") => Refusal::Deadlock,
+            // idle_in_transaction_session_timeout ends the session too.
+            Some("25P02") | Some("25P03") => Refusal::TxnClosed,
+            Some(code) if code.starts_with("08") => Refusal::Unavailable,
+            _ => Refusal::Error,
+        }
+    }
+
+    /// The SQLSTATE PostgreSQL answers with for this refusal, if it is one
+    /// of the store's own (the rest are an engine's own verdicts on its
+    /// rows). `tests/store_answers.rs` provokes each on a real server.
+    pub fn sqlstate(self) -> Option<&'static str> {
+        match self {
+            Refusal::Conflict => Some("40001"),
+            Refusal::TimedOut => Some("57014"),
+            Refusal::LockTimeout => Some("55P03"),
+            Refusal::Deadlock => Some("40P01"),
+            // in_failed_sql_transaction: a statement of a transaction an
+            // earlier error ended.
+            Refusal::TxnClosed => Some("25P02"),
+            Refusal::Unavailable => Some("08006"),
+            Refusal::Missing
+            | Refusal::Superseded
+            | Refusal::NotOwner
+            | Refusal::Terminal
+            | Refusal::Expired
+            | Refusal::StageGuard
+            | Refusal::Error => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

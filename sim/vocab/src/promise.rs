@@ -84,6 +84,12 @@ pub struct Promises {
     /// What the client does with an enqueue that got no answer, or an
     /// answer it retries (`None`: it promises no retry; one send is final).
     pub enqueue_retry: Option<EnqueueRetry>,
+    /// Does a worker try an outcome write (complete, fail, their
+    /// transaction) again, within its finalization deadline, after a refusal
+    /// that says nothing applied (40001, 40P01, 55P03, 57014, a transaction
+    /// no longer open)? `false`: such a refusal ends the attempt's outcome,
+    /// and recovery runs the task again.
+    pub outcome_retry: bool,
 }
 
 /// The client's retry promise for one enqueue call: it sends up to `sends`

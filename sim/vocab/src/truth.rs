@@ -271,6 +271,9 @@ pub enum Fact {
     /// The application made a call.
     ClientCalled {
         call: u64,
+        /// The application client that made it (a long-lived client makes
+        /// many calls; a fresh client's id is the call's own number).
+        client: u64,
         what: ClientCall,
     },
     /// ... and got this answer.

@@ -48,7 +48,8 @@ pub trait EngineUnderTest: Send + Sync + Sized + 'static {
     /// The store process as the store seam drives it.
     type Store: StoreSeam<Self>;
     /// State of the adapter's own that one world's processes share (the
-    /// harness's bookkeeping, never the engine's).
+    /// harness's bookkeeping, and the application's long-lived clients;
+    /// never the engine's store or workers).
     type Shared: Clone + Send + Sync + 'static;
 
     /// A fresh store process (its committed state empty) and the shared
@@ -166,6 +167,10 @@ pub struct WorkerWorld<E: EngineUnderTest> {
 pub struct ClientWorld<E: EngineUnderTest> {
     /// The call's number (its sender at the store seam).
     pub call: u64,
+    /// The application client making the call: its identity, the same for
+    /// every call of one long-lived client (`workload.clients`), and the
+    /// call's own number when every call has a client of its own.
+    pub client: u64,
     pub link: Link<E>,
     pub rec: Recorder,
     pub scenario: Arc<Scenario>,

@@ -48,6 +48,10 @@ pub struct Outcome {
     pub fault_plan: Vec<FaultEvent>,
     /// The command that replays this run.
     pub replay: String,
+    /// Faults its history suggests toward points it did not reach (for
+    /// guided campaigns; never written out).
+    #[serde(skip)]
+    pub aims: Vec<leasesim_vocab::faults::Aim>,
 }
 
 pub fn state_name(state: TaskState) -> &'static str {

@@ -264,6 +264,7 @@ pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
         fault_counts: crate::outcome::fault_counts(&result.history),
         fault_plan: plan.events,
         replay: spec.replay_command(),
+        aims: report.aims,
     }
 }
 

@@ -247,6 +247,11 @@ pub struct Workload {
     /// time (engines with named queues only).
     pub queues: u32,
     pub queue_rate: f64,
+    /// Long-lived application clients the calls are spread over, each call's
+    /// client drawn uniformly (0: every call from a fresh client of its own).
+    /// A long-lived client makes many calls, some with equal content, and
+    /// its idempotency keys must stay distinct across all of them.
+    pub clients: u32,
 }
 
 /// One scripted enqueue.
@@ -295,6 +300,7 @@ impl Default for Workload {
             after_heal_jobs: 0,
             queues: 0,
             queue_rate: 0.5,
+            clients: 0,
         }
     }
 }
@@ -605,6 +611,7 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
         ("workload.after_heal_index_builds", w.after_heal_index_builds as u64, TASKS),
         ("workload.after_heal_jobs", w.after_heal_jobs as u64, TASKS),
         ("workload.queues", w.queues as u64, PER_GROUP),
+        ("workload.clients", w.clients as u64, PER_GROUP),
         ("phases.fault_phase_ms", p.fault_phase_ms, PHASE_MS),
         ("phases.heal_phase_ms", p.heal_phase_ms, PHASE_MS),
         ("bounds.claim_bound_ms", b.claim_bound_ms, BOUND_MS),

@@ -145,6 +145,7 @@ pub fn rejection(r: ER) -> Refusal {
         ER::Conflict => Refusal::Conflict,
         ER::TimedOut => Refusal::TimedOut,
         ER::TxnClosed => Refusal::TxnClosed,
+        ER::LockTimeout => Refusal::LockTimeout,
     }
 }
 
@@ -318,7 +319,14 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         enqueue_retry: Some(leasesim_vocab::promise::EnqueueRetry {
             sends: leasesim::client::ENQUEUE_SENDS,
             send_timeout_ms: cfg.rpc_timeout_ms,
-            retry_on: vec![leasesim_vocab::op::Refusal::Conflict],
+            retry_on: vec![
+                leasesim_vocab::op::Refusal::Conflict,
+                leasesim_vocab::op::Refusal::TimedOut,
+                leasesim_vocab::op::Refusal::LockTimeout,
+            ],
         }),
+        // Every outcome write is sent again while it is refused as
+        // retryable, within the finalization deadline (worker/attempt.rs).
+        outcome_retry: true,
     }
 }

@@ -15,7 +15,7 @@ pub mod tap;
 pub mod transport;
 pub mod variant;
 
-use leasesim::client::Client;
+use leasesim::client::{Client, ClientKeys};
 use leasesim::config::{EngineConfig, MaintenanceKind};
 use leasesim::defects::{Defect, Defects};
 use leasesim::event::{Event, Observer};
@@ -33,7 +33,9 @@ use leasesim_world::history::Recorder;
 use leasesim_world::scenario::Scenario;
 use leasesim_world::world::sim_clock::SimClock;
 use leasesim_world::world::{Action, SimHandler, WorldResult, WorldSpec};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use transport::SimTransport;
 use variant::Variant;
 
@@ -132,12 +134,12 @@ impl EngineUnderTest for Builtin {
     type Request = Request;
     type Response = Response;
     type Store = BuiltinStore;
-    type Shared = ();
+    type Shared = Clients;
 
-    fn start(&self, world: &StoreWorld) -> (Arc<BuiltinStore>, ()) {
+    fn start(&self, world: &StoreWorld) -> (Arc<BuiltinStore>, Clients) {
         let clock = Arc::new(EngineClock(Arc::new(SimClock::new(world.time.clone(), 0))));
         let server = Arc::new(StoreServer::new(self.running_cfg(), clock, self.observer(&world.rec)));
-        (Arc::new(BuiltinStore { server, tap: tap::Tap::default(), variant: self.variant.clone() }), ())
+        (Arc::new(BuiltinStore { server, tap: tap::Tap::default(), variant: self.variant.clone() }), Clients::default())
     }
 
     fn run_worker(&self, w: WorkerWorld<Self>) -> BoxFuture<'static, ()> {
@@ -153,7 +155,8 @@ impl EngineUnderTest for Builtin {
 
     fn client_call(&self, c: ClientWorld<Self>, action: Action) -> BoxFuture<'static, ClientAnswer> {
         let transport = SimTransport::client(c.link, c.rec.clone(), self.variant.clone());
-        let client = Client::new(transport, self.observer(&c.rec), self.cfg.rpc_timeout_ms).with_id(c.call);
+        let keys = c.shared.keys(c.client);
+        let client = Client::new(transport, self.observer(&c.rec), self.cfg.rpc_timeout_ms).with_keys(keys);
         Box::pin(async move {
             match action {
                 Action::Enqueue(spec) => {
@@ -167,6 +170,18 @@ impl EngineUnderTest for Builtin {
                 }
             }
         })
+    }
+}
+
+/// The application's clients in one world, by id: a long-lived client's
+/// calls share its keys (the application holds one client for them all).
+#[derive(Clone, Default)]
+pub struct Clients(Arc<Mutex<BTreeMap<u64, ClientKeys>>>);
+
+impl Clients {
+    fn keys(&self, client: u64) -> ClientKeys {
+        let mut clients = self.0.lock().expect("clients");
+        clients.entry(client).or_insert_with(|| ClientKeys::new(client)).clone()
     }
 }
 
@@ -187,13 +202,16 @@ impl StoreSeam<Builtin> for BuiltinStore {
     }
 
     fn refuse(&self, _op: &Op, why: Refusal, fault: Option<leasesim_vocab::faults::FaultKind>) -> Response {
-        // The built-in protocol answers every transaction a fault aborted as
-        // a conflict (retry it), and a statement's own timeout as one.
-        let reason = match (fault, why) {
-            (Some(_), _) => Rejection::Conflict,
-            (None, Refusal::TimedOut) => Rejection::TimedOut,
-            (None, Refusal::TxnClosed) => Rejection::TxnClosed,
-            (None, _) => Rejection::Conflict,
+        // Each answer as the store gives it: a statement timeout (57014), a
+        // lock wait given up (55P03), a transaction no longer open, a
+        // serialization failure (40001); the built-in store runs
+        // serializable, so a deadlock is answered as a conflict too.
+        let _ = fault;
+        let reason = match why {
+            Refusal::TimedOut => Rejection::TimedOut,
+            Refusal::TxnClosed => Rejection::TxnClosed,
+            Refusal::LockTimeout => Rejection::LockTimeout,
+            _ => Rejection::Conflict,
         };
         Response::Rejected { reason }
     }

@@ -114,6 +114,10 @@ impl Engine for Graphile {
             statement_time: leasesim_vocab::promise::StatementTime::Start,
             // `add_job` is one statement; a failure is the caller's to retry.
             enqueue_retry: None,
+            // A failed complete_job or fail_job is returned as a
+            // ReleaseJobError (runner/release/completion.rs, failure.rs):
+            // the job stays locked until recovery unlocks it.
+            outcome_retry: false,
         }
     }
 

@@ -356,34 +356,21 @@ fn ended_error(how: Ended) -> DbError {
 
 /// The SQLSTATE of a refusal the harness answers for the store.
 fn sqlstate(why: Refusal) -> (&'static str, &'static str) {
-    match why {
-        Refusal::Conflict => ("40001", "could not serialize access due to concurrent update"),
-        Refusal::TimedOut => ("57014", "canceling statement due to statement timeout"),
-        Refusal::LockTimeout => ("55P03", "canceling statement due to lock timeout"),
-        Refusal::Deadlock => ("40P01", "deadlock detected"),
-        Refusal::TxnClosed => ("25P02", "current transaction is aborted"),
-        Refusal::Unavailable => ("08006", "connection failure"),
-        Refusal::Missing
-        | Refusal::Superseded
-        | Refusal::NotOwner
-        | Refusal::Terminal
-        | Refusal::Expired
-        | Refusal::StageGuard
-        | Refusal::Error => ("XX000", "internal error"),
-    }
+    let message = match why {
+        Refusal::Conflict => "could not serialize access due to concurrent update",
+        Refusal::TimedOut => "canceling statement due to statement timeout",
+        Refusal::LockTimeout => "canceling statement due to lock timeout",
+        Refusal::Deadlock => "deadlock detected",
+        Refusal::TxnClosed => "current transaction is aborted",
+        Refusal::Unavailable => "connection failure",
+        _ => "internal error",
+    };
+    (why.sqlstate().unwrap_or("XX000"), message)
 }
 
 /// A SQLSTATE, as the harness names it.
 pub fn refusal_of(code: Option<&str>) -> Refusal {
-    match code {
-        Some("40001") => Refusal::Conflict,
-        Some("57014") => Refusal::TimedOut,
-        Some("55P03") => Refusal::LockTimeout,
-        Some("40P01") => Refusal::Deadlock,
-        Some("25P02") | Some("25P03") => Refusal::TxnClosed,
-        Some(code) if code.starts_with("08") => Refusal::Unavailable,
-        _ => Refusal::Error,
-    }
+    Refusal::of_sqlstate(code)
 }
 
 impl StoreSeam<Graphile> for GraphileStore {

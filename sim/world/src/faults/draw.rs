@@ -93,6 +93,12 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
             e.rate = rng.gen_range(0.05..0.5);
             e.magnitude_ms = rng.gen_range(100..=5_000);
         }
+        // The lock wait before the store gives up: PostgreSQL's lock_timeout
+        // is set in the hundreds of milliseconds to seconds.
+        FaultKind::LockTimeout => {
+            e.rate = rng.gen_range(0.02..0.2);
+            e.magnitude_ms = rng.gen_range(50..=3_000);
+        }
         FaultKind::SlowPreparation => {
             e.rate = rng.gen_range(0.1..0.8);
             e.magnitude_ms = rng.gen_range(1_000..=60_000);

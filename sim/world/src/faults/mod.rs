@@ -10,7 +10,7 @@ mod draw;
 mod mutate;
 
 pub use draw::{draw, draw_one, MIN_DELAY_MS, MIN_SPAN_MS};
-pub use mutate::mutate;
+pub use mutate::{aim, mutate};
 
 use serde::{Deserialize, Serialize};
 

@@ -6,6 +6,7 @@
 
 use super::{draw_one, FaultEvent, FaultKind, FaultPlan, UNTIL_HEAL};
 use crate::scenario::Scenario;
+use leasesim_vocab::faults::{Aim, Anchor};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -25,6 +26,36 @@ pub fn mutate(plan: &FaultPlan, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultPlan
     events.retain(|e| e.kind != FaultKind::ClockOffset || clocks.insert(e.proc));
     events.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then(a.kind.cmp(&b.kind)));
     FaultPlan { events }
+}
+
+/// `plan` with the fault `aim` proposes added (its free edge moved a little
+/// by the RNG, so that several tries of one aim differ), or `None` when the
+/// aim falls outside the fault phase or names a kind the scenario does not
+/// allow. Every other event stays as it was.
+pub fn aim(plan: &FaultPlan, aim: &Aim, rng: &mut ChaCha8Rng, s: &Scenario) -> Option<FaultPlan> {
+    let phase_ms = s.phases.fault_phase_ms;
+    if !s.faults.kinds.contains(&aim.kind) || aim.at_ms >= phase_ms || aim.for_ms == 0 {
+        return None;
+    }
+    // The rate and magnitude a plan would draw for the kind; the window is the aim's.
+    let mut e = draw_one(aim.kind, rng, s);
+    let stretch_ms = (aim.for_ms as f64 * rng.gen_range(0.0..1.0)) as u64;
+    let (at_ms, for_ms) = match aim.anchor {
+        Anchor::Start => (aim.at_ms, aim.for_ms + stretch_ms),
+        Anchor::End => (aim.at_ms.saturating_sub(stretch_ms), aim.for_ms + stretch_ms.min(aim.at_ms)),
+    };
+    (e.at_ms, e.for_ms, e.proc) = (at_ms, for_ms, aim.proc.or(e.proc));
+    if let Some(permille) = aim.rate_permille {
+        e.rate = permille as f64 / 1000.0;
+    }
+    if e.kind == FaultKind::ProcessPause {
+        e.for_ms = e.for_ms.min(s.faults.max_pause_ms);
+    }
+    clamp(&mut e, phase_ms);
+    let mut events = plan.events.clone();
+    events.push(e);
+    events.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then(a.kind.cmp(&b.kind)));
+    Some(FaultPlan { events })
 }
 
 fn mutate_once(events: &mut Vec<FaultEvent>, rng: &mut ChaCha8Rng, s: &Scenario) {

@@ -17,7 +17,7 @@ pub mod store_node;
 pub mod workload;
 
 pub use handler::{mix, SimHandler};
-pub use workload::{plan, Action};
+pub use workload::{clients, plan, Action};
 
 use crate::engine::{ClientWorld, EngineUnderTest, StoreSeam, StoreWorld, WorkerWorld};
 use crate::faults::{FaultKind, FaultPlan};
@@ -356,9 +356,12 @@ struct ClientParts<E: EngineUnderTest> {
 async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
     let start = tokio::time::Instant::now();
     let heal_ms = c.scenario.phases.fault_phase_ms;
-    for (n, (at_ms, action)) in plan(c.seed, &c.scenario.workload, heal_ms).into_iter().enumerate() {
+    let plan = plan(c.seed, &c.scenario.workload, heal_ms);
+    let clients = clients(c.seed, &c.scenario.workload, plan.len());
+    for (n, (at_ms, action)) in plan.into_iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
         let call = n as u64 + 1;
+        let client = clients.get(n).copied().unwrap_or(call);
         let what = match &action {
             Action::Enqueue(spec) => ClientCall::Enqueue { spec: spec.clone() },
             Action::CreatePipeline { pipeline, stages } => {
@@ -368,9 +371,10 @@ async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
                 ClientCall::Query { index: *index, lag_timeout_ms: *lag_timeout_ms }
             }
         };
-        c.rec.fact(Fact::ClientCalled { call, what });
+        c.rec.fact(Fact::ClientCalled { call, client, what });
         let world = ClientWorld {
             call,
+            client,
             link: c.link.as_sender(Sender::Client(call)),
             rec: c.rec.clone(),
             scenario: c.scenario.clone(),

@@ -115,6 +115,13 @@ enum Front<R> {
     Answered(R, After),
 }
 
+/// The refusal of a request a fault of `kind` aborted: what the store
+/// answers in the situation the fault stands for.
+fn refused_by<R>(kind: FaultKind) -> Front<R> {
+    let answer = kind.answer().expect("a fault that aborts a request has an answer");
+    Front::Refused(answer, Some(kind))
+}
+
 /// One request on its way through the store process.
 struct Serving<'a, E: EngineUnderTest> {
     id: u64,
@@ -262,8 +269,10 @@ impl<E: EngineUnderTest> StoreNode<E> {
     }
 
     /// Faults of the request's transaction: an outcome write or lease check
-    /// that hangs (before it applies, or its reply), a write that times out,
-    /// a serialization failure.
+    /// that hangs (before it applies, or its reply), a write that times out
+    /// (57014), a lock wait that times out (55P03), a serialization failure
+    /// (40001). Each is answered as PostgreSQL answers it (see the adapters'
+    /// `refuse`).
     async fn transaction_faults(&self, op: &Op, after: &mut After) -> Option<Front<E::Response>> {
         let f = &self.faults;
         let name = op.op_name();
@@ -285,7 +294,18 @@ impl<E: EngineUnderTest> StoreNode<E> {
                 f.inject(FaultKind::TxnTimeout, format!("{name} transaction timed out"));
                 tokio::time::sleep(Duration::from_millis(magnitude.max(0) as u64)).await;
                 self.abort(op);
-                return Some(Front::Refused(Refusal::TimedOut, Some(FaultKind::TxnTimeout)));
+                return Some(refused_by(FaultKind::TxnTimeout));
+            }
+        }
+        if changes_rows(op) {
+            if let Some(e) = f.roll(FaultKind::LockTimeout) {
+                // A concurrent transaction holds the row: the statement waits
+                // out the lock timeout, and the database aborts its
+                // transaction with nothing applied.
+                f.inject(FaultKind::LockTimeout, format!("{name} gave up waiting for a row lock"));
+                tokio::time::sleep(Duration::from_millis(e.magnitude_ms.max(0) as u64)).await;
+                self.abort(op);
+                return Some(refused_by(FaultKind::LockTimeout));
             }
         }
         if changes_rows(op) && f.roll(FaultKind::SerializationFailure).is_some() {
@@ -293,7 +313,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
             // aborts this one at once and tells the caller to retry.
             f.inject(FaultKind::SerializationFailure, format!("{name} aborted by a serialization failure"));
             self.abort(op);
-            return Some(Front::Refused(Refusal::Conflict, Some(FaultKind::SerializationFailure)));
+            return Some(refused_by(FaultKind::SerializationFailure));
         }
         None
     }

@@ -91,3 +91,15 @@ pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
     out.sort_by_key(|(t, _)| *t);
     out
 }
+
+/// Which long-lived client makes each of the plan's `calls` calls, in plan
+/// order: ids 1 to `workload.clients`, drawn uniformly from a stream of
+/// their own (so the plan itself is the same with or without them). Empty
+/// when every call has a client of its own.
+pub fn clients(seed: u64, w: &Workload, calls: usize) -> Vec<u64> {
+    if w.clients == 0 {
+        return Vec::new();
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x636c_6e74, 0));
+    (0..calls).map(|_| rng.gen_range(1..=w.clients as u64)).collect()
+}
