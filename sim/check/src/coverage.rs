@@ -703,13 +703,10 @@ mod tests {
         report.aims.into_iter().map(|a| (a.point, a.kind, a.proc, a.at_ms, a.for_ms, a.anchor)).collect()
     }
 
-    /// A lease check that came in time (t1's lease runs to 3010 ms, the
-    /// check arrives at 1000 ms) suggests a pause of its owner from just
-    /// before it was sent until a second past the expiry; the body's
-    /// grant and the check are all it saw, so that is the one aim.
-    #[test]
-    fn a_lease_check_in_time_aims_a_pause_across_the_expiry() {
-        let h = H::new()
+    /// t1's body ended at 900 ms and its lease check (the lease runs to
+    /// 3010 ms) came at 1000 ms.
+    fn checked_in_time() -> H {
+        H::new()
             .up(o(1, 1))
             .created(1, TaskKind::WorkflowTask)
             .at(10)
@@ -720,10 +717,15 @@ mod tests {
             .finished(1, 1, o(1, 1), true)
             .at(1_000)
             .lease_checked(1, 1, o(1, 1), true)
-            .completed(1, 1, o(1, 1))
-            .callback(1, 1, o(1, 1))
-            .unpermit(o(1, 1), 1, 1)
-            .build();
+    }
+
+    /// A lease check that came in time (t1's lease runs to 3010 ms, the
+    /// check arrives at 1000 ms) suggests a pause of its owner from just
+    /// before it was sent until a second past the expiry; the body's
+    /// grant and the check are all it saw, so that is the one aim.
+    #[test]
+    fn a_lease_check_in_time_aims_a_pause_across_the_expiry() {
+        let h = checked_in_time().completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1).build();
         let want = vec![(
             LEASE_CHECK_AFTER_EXPIRY.name().to_string(),
             FaultKind::ProcessPause,
@@ -749,20 +751,7 @@ mod tests {
     /// check, after the expiry, reaches what the first one aimed at.
     #[test]
     fn a_reached_point_keeps_no_aims() {
-        let h = H::new()
-            .up(o(1, 1))
-            .created(1, TaskKind::WorkflowTask)
-            .at(10)
-            .grant(1, 1, o(1, 1))
-            .permit(o(1, 1), 1, 1)
-            .started(1, 1, o(1, 1))
-            .at(900)
-            .finished(1, 1, o(1, 1), true)
-            .at(1_000)
-            .lease_checked(1, 1, o(1, 1), true)
-            .at(3_100)
-            .lease_checked(1, 1, o(1, 1), true)
-            .build();
+        let h = checked_in_time().at(3_100).lease_checked(1, 1, o(1, 1), true).build();
         assert_eq!(aims(h), vec![]);
     }
 

@@ -86,8 +86,8 @@ impl OutcomeKept {
     }
 
     /// A retryable refusal of a request that may carry the owed outcomes of
-    /// its owner: each of them owes a try after it.
-    /// A try that reached the store after the refused one answers for it.
+    /// its owner: each of them owes a try after it (unless a try that reached
+    /// the store after the refused one already answers for it).
     fn refused(&mut self, r: &RequestView, owner: leasesim_vocab::ids::Owner, now: u64, reason: Refusal) {
         for (fence, owed) in self.owed.iter_mut().filter(|(f, _)| f.owner == owner) {
             if may_carry(&r.request, fence) && owed.tried_ms <= r.arrived_ms {
@@ -181,55 +181,31 @@ impl OutcomeKept {
                 self.excused += 1;
                 continue;
             }
-            let room_ms = |refused_ms: u64| owed.deadline_ms.saturating_sub(refused_ms);
             // An engine may pause up to one RPC deadline between tries (half
             // its finalization deadline at most: a longer pause is no retry).
             let cfg = ctx.promises();
             let too_late = cfg.rpc_timeout_ms.min(cfg.finalize_deadline_ms / 2) + SLACK_MS;
-            if let Some((refused_ms, reason)) = owed.untried {
-                if room_ms(refused_ms) < too_late {
+            let (by, deadline) = (owed.deadline_ms, cfg.finalize_deadline_ms);
+            let what = match owed.untried {
+                Some((refused_ms, _)) if by.saturating_sub(refused_ms) < too_late => {
                     self.excused += 1;
                     continue;
                 }
-                out.push(
-                    Violation::new(
-                        NAME,
-                        now,
-                        format!(
-                            "t{}: the body of attempt {} ({}) ended at {} ms with the task still its own; the store \
-                             refused its outcome at {refused_ms} ms with a retryable {} (nothing applied: try again), \
-                             and the engine sent nothing more for it by {} ms (finalization deadline {} ms)",
-                            fence.task,
-                            fence.attempt,
-                            fence.owner,
-                            owed.ended_ms,
-                            reason.name(),
-                            owed.deadline_ms,
-                            ctx.promises().finalize_deadline_ms
-                        ),
-                    )
-                    .fence(&fence),
-                );
-                continue;
-            }
-            out.push(
-                Violation::new(
-                    NAME,
-                    now,
-                    format!(
-                        "t{}: the body of attempt {} ({}) ended at {} ms with the task still its own, but no outcome \
-                         committed by {} ms (finalization deadline {} ms), and nothing the harness saw or injected \
-                         explains the loss",
-                        fence.task,
-                        fence.attempt,
-                        fence.owner,
-                        owed.ended_ms,
-                        owed.deadline_ms,
-                        ctx.promises().finalize_deadline_ms
-                    ),
-                )
-                .fence(&fence),
+                Some((refused_ms, reason)) => format!(
+                    "; the store refused its outcome at {refused_ms} ms with a retryable {} (nothing applied: try \
+                     again), and the engine sent nothing more for it by {by} ms (finalization deadline {deadline} ms)",
+                    reason.name()
+                ),
+                None => format!(
+                    ", but no outcome committed by {by} ms (finalization deadline {deadline} ms), and nothing the \
+                     harness saw or injected explains the loss"
+                ),
+            };
+            let message = format!(
+                "t{}: the body of attempt {} ({}) ended at {} ms with the task still its own{what}",
+                fence.task, fence.attempt, fence.owner, owed.ended_ms
             );
+            out.push(Violation::new(NAME, now, message).fence(&fence));
         }
     }
 }
