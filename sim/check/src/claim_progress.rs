@@ -60,7 +60,7 @@ impl ClaimProgress {
             Some(q) => ctx.view.queue_free_since.get(&q).copied().unwrap_or(0),
             None => 0,
         };
-        Some(t.ready_since_ms.max(t.row.spec.not_before_ms).max(backoff).max(queue).max(recovery))
+        Some(t.ready_since_ms.max(t.not_before_ms()).max(backoff).max(queue).max(recovery))
     }
 
     /// A worker that had room for a task throughout `[from, now]`.
@@ -191,13 +191,17 @@ mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
     use leasesim_vocab::op::Op;
-    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::task::{TaskKind, TaskSpec};
     use leasesim_vocab::testimony::ReleaseCause;
     use leasesim_vocab::truth::Sender;
 
     /// p1.1 gives back task `id`, started (`interrupted`) or not.
     fn returned(id: u64, interrupted: bool) -> Op {
         Op::ReturnOwn { owner: o(1, 1), tasks: vec![id], interrupted }
+    }
+
+    fn job_at(not_before_ms: u64) -> TaskSpec {
+        TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms, queue: None }
     }
 
     cases! {
@@ -215,6 +219,18 @@ mod tests {
             => PASS;
         due_task_unclaimed_with_a_free_slot:
             H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(100).heal()
+                .at(1_101).end().build()
+            => &[(NAME, Some(1))];
+        scheduled_task_waits_for_its_time_passes:
+            H::new().up(o(1, 1)).created_as(1, job_at(5_000), job_at(5_000))
+                .at(100).heal()
+                .at(5_500).end().build()
+            => PASS;
+        schedule_deferred_by_the_engine:
+            // The application asked for no delay; the engine wrote one, so
+            // the row's own not-before time would excuse the wait.
+            H::new().up(o(1, 1)).created_as(1, job_at(0), job_at(50_000))
                 .at(100).heal()
                 .at(1_101).end().build()
             => &[(NAME, Some(1))];

@@ -106,6 +106,9 @@ points! {
     EXIT_HOLDING = "worker-exited-holding-tasks": "a worker process exited on its own (not killed) while it held tasks";
     LOCK_TIMED_OUT = "lock-wait-timed-out": "a write waited on a row lock past the lock timeout and was told so (SQLSTATE 55P03): its transaction aborted, nothing applied";
     EQUAL_CALLS = "equal-calls-from-one-client": "one long-lived client made two enqueue calls with equal content, and both were acknowledged";
+    SCHEDULED_GRANTED = "scheduled-task-granted": "a task the application enqueued with a not-before time in the future was granted (claims before that time had to pass it over)";
+    LEASE_CONFIRMED = "lease-confirmed-before-start": "a claim answer came so late that its attempt renewed the lease before starting the body (inside the renewal margin already)";
+    QUERY_HELD_LONG = "query-held-past-rpc-deadline": "an index query was held at the store longer than one RPC deadline before its answer: its client had to wait past one";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -120,7 +123,8 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         | "lease-expired-while-running"
         | "renewal-saved-long-execution"
         | "execution-outlived-lease-ttl"
-        | "renewal-rejected" => caps.leases,
+        | "renewal-rejected"
+        | "lease-confirmed-before-start" => caps.leases,
         "clock-skew-against-lease" => caps.leases && caps.clock_seam,
         "long-poll-granted-to-absent-owner" => caps.long_polls,
         "repair-beside-healthy-lease" | "repair-at-expiry-ms" => caps.groups,
@@ -129,7 +133,9 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         "maintenance-pass-overdue" => caps.maintenance,
         "note-before-retry-time" => caps.peer_notes,
         "fatal-failure" => caps.fatal_errors,
-        "query-answered-by-lag-timeout" | "fresh-index-queried-after-heal" => caps.indexes,
+        "query-answered-by-lag-timeout" | "fresh-index-queried-after-heal" | "query-held-past-rpc-deadline" => {
+            caps.indexes
+        }
         "transaction-timed-out"
         | "statement-after-transaction-closed"
         | "lock-wait"
@@ -389,6 +395,9 @@ impl Coverage {
                     self.hit(STALE_RENEW);
                 }
             }
+            // A renewal before its attempt's body started: the claim answer
+            // came so late that the lease had to be confirmed first.
+            Op::Renew { fence } if was_granted(fence) && !v.bodies.contains_key(fence) => self.hit(LEASE_CONFIRMED),
             Op::LeaseValid { fence } => {
                 if a.response == &(Response::Valid { valid: false }) && was_granted(fence) {
                     self.hit(STALE_LEASE_CHECK);
@@ -411,6 +420,9 @@ impl Coverage {
                 let waited = now.saturating_sub(a.request.handed_ms.unwrap_or(a.request.arrived_ms));
                 if a.response == &(Response::Query { materialized: false }) && waited >= *lag_timeout_ms {
                     self.hit(QUERY_TIMED_OUT);
+                }
+                if waited > ctx.promises().rpc_timeout_ms {
+                    self.hit(QUERY_HELD_LONG);
                 }
             }
             Op::Claim { wait_ms, .. } if *wait_ms > 0 => {
@@ -473,6 +485,9 @@ impl Coverage {
                 }
                 if self.last_release.remove(&fence.task).is_some_and(|lost| lost.owner == fence.owner) {
                     self.hit(SAME_OWNER_RECLAIM);
+                }
+                if v.task(fence.task).is_some_and(|t| t.not_before_ms() > t.created_ms) {
+                    self.hit(SCHEDULED_GRANTED);
                 }
                 if let Some(f) = v.task(fence.task).and_then(|t| t.last_failure) {
                     if now == promise::retry_due_ms(cfg, &f) {

@@ -70,7 +70,8 @@ impl EventualCompletion {
                     "t{id}: orphan stage task, still {} at the end ({end_ms} ms) although stage {stage} was done at {done_ms} ms",
                     describe(t)
                 ),
-                None if due => format!(
+                // A task scheduled past the heal has its bound from then.
+                None if due && end_ms >= t.not_before_ms().max(heal) + bound => format!(
                     "t{id}: still {} at the end ({end_ms} ms), {} ms after heal (completion bound {bound} ms)",
                     describe(t),
                     end_ms - heal
@@ -156,7 +157,7 @@ impl Checker for EventualCompletion {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
-    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::task::{TaskKind, TaskSpec};
 
     cases! {
         every_task_terminal_passes:
@@ -178,6 +179,20 @@ mod tests {
                 .at(10).grant(1, 1, o(1, 1))
                 .at(1_000).heal()
                 .at(6_000).end().build()
+            => &[(NAME, Some(1))];
+        scheduled_past_the_heal_has_its_bound_from_then_passes:
+            H::new().up(o(1, 1))
+                .created_spec(1, TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 3_000, queue: None })
+                .at(1_000).heal()
+                .at(3_100).grant(1, 1, o(1, 1))
+                .at(6_000).end().build()
+            => PASS;
+        scheduled_past_the_heal_and_past_its_bound:
+            H::new().up(o(1, 1))
+                .created_spec(1, TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 3_000, queue: None })
+                .at(1_000).heal()
+                .at(3_100).grant(1, 1, o(1, 1))
+                .at(8_000).end().build()
             => &[(NAME, Some(1))];
         orphan_stage_task_remains:
             H::new().up(o(1, 1)).pipeline(3, 1).created_stage(4, 3, 0)

@@ -2,7 +2,8 @@
 //! heartbeat at least every `heartbeat_interval_ms` (plus one RPC deadline),
 //! and while a task body runs it sends a renewal before the lease expires
 //! (the lease is renewed once its remaining time drops to TTL /
-//! `renew_divisor`).
+//! `renew_divisor`); a body never starts inside that margin without a
+//! renewal first.
 //!
 //! Judged at the store seam: a heartbeat or renewal counts when it reached
 //! the store process, whatever the harness then did to it (a fault that
@@ -152,6 +153,40 @@ impl Keepalive {
     }
 }
 
+impl Keepalive {
+    /// A body never starts inside its lease's renewal margin: by then its
+    /// renewal is already owed (the engine must renew first, as a late
+    /// claim answer's attempt confirms its lease), and the lease rule above
+    /// judges only bodies that started before the margin. The owner's clock
+    /// offset and one network latency are allowed for.
+    fn judge_start(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let Entry::Truth(Fact::BodyStarted { fence, kind, .. }) = &rec.entry else { return };
+        let Some(t) = ctx.view.task(fence.task).filter(|t| t.held_by(fence)) else { return };
+        let (Some(expiry), Some(margin)) = (t.row.lease_expiry_ms, promise::renew_margin_ms(ctx.promises(), *kind))
+        else {
+            return;
+        };
+        let offset = ctx.view.procs.get(&fence.owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs());
+        let Some(least) = margin.checked_sub(offset + promise::NET_LATENCY_MAX_MS) else { return };
+        self.evaluations += 1;
+        if expiry < now + least {
+            let left = expiry.saturating_sub(now);
+            out.push(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "t{}: attempt {} ({}) started its body at {now} ms with {left} ms of its lease left (expiry {expiry} ms), \
+                         inside the renew margin of {margin} ms, without renewing first",
+                        fence.task, fence.attempt, fence.owner
+                    ),
+                )
+                .fence(fence),
+            );
+        }
+    }
+}
+
 impl Checker for Keepalive {
     fn name(&self) -> &'static str {
         NAME
@@ -172,6 +207,7 @@ impl Checker for Keepalive {
             self.judge_heartbeats(now, ctx, out);
             self.judge_leases(now, ctx, out);
         }
+        self.judge_start(now, rec, ctx, out);
         self.note(now, rec);
     }
 
@@ -235,6 +271,28 @@ mod tests {
                 .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
                 .at(3_010).released(1, 1, o(1, 1))
                 .at(4_000).finished(1, 1, o(1, 1), true).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
+        body_started_inside_the_margin:
+            // Granted at 10 ms, its lease ends at 3010 ms; 510 ms are left
+            // at the start, inside the 1 s margin.
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1)
+                .at(2_500).started(1, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(1))];
+        body_started_after_a_confirming_renewal_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1)
+                .at(2_400).renewed(1, 1, o(1, 1), 5_400)
+                .at(2_500).started(1, 1, o(1, 1))
+                .build()
+            => PASS;
+        body_started_by_a_clock_behind_passes:
+            // 600 ms behind: by its clock 1110 ms were left, past the margin.
+            H::new().up(o(1, 1)).offset(1, -600).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1)
+                .at(2_500).started(1, 1, o(1, 1))
                 .build()
             => PASS;
         silent_worker:

@@ -1,7 +1,8 @@
 //! query-truth: an index query tells the truth. The store answers
 //! "materialized" exactly when the index is materialized; the application is
-//! told "materialized" only when the store had materialized it, and never the
-//! opposite of the answer the store delivered to it.
+//! told "materialized" only when the store had materialized it, never the
+//! opposite of the answer the store delivered to it, and never "not
+//! materialized" before the lag it asked to wait unless an answer came.
 //!
 //! Judged at the store seam (the answer against the store's materialized
 //! set, read by the harness) and the client seam (what the application was
@@ -28,7 +29,12 @@ pub struct QueryTruth {
 impl QueryTruth {
     fn judge_store(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let Some(a) = answer(rec, ctx) else { return };
-        let (Op::QueryIndex { index, .. }, Response::Query { materialized }) = (&a.request.request, a.response) else {
+        let Op::QueryIndex { index, .. } = &a.request.request else { return };
+        let Response::Query { materialized } = a.response else {
+            // Any other answer (a refusal) still ends the client's wait.
+            if let (Sender::Client(call), Reply::Sent) = (a.request.from, a.reply) {
+                self.delivered.insert(call, (false, now));
+            }
             return;
         };
         self.evaluations += 1;
@@ -63,7 +69,7 @@ impl QueryTruth {
             }
             Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } }) => {
                 let Some(c) = ctx.view.calls.get(call) else { return };
-                let ClientCall::Query { index, .. } = c.what else { return };
+                let ClientCall::Query { index, lag_timeout_ms } = c.what else { return };
                 self.evaluations += 1;
                 let truth = ctx.view.materialized.get(&index).map(|(at, _)| *at);
                 // A call whose answer never arrived (lost, late past the
@@ -71,11 +77,18 @@ impl QueryTruth {
                 // not know better. It may never report "materialized" untrue.
                 // An answer sent just before the client's deadline may land
                 // after it: only one sent a network latency earlier counts.
+                // Nor may it give up before the lag it was asked to wait:
+                // the store holds the query that long by contract.
+                let waited_ms = now.saturating_sub(c.called_ms);
                 let problem = match (*materialized, truth, self.delivered.get(call)) {
                     (true, None, _) => Some("told materialized, but the store had not materialized it".to_string()),
                     (false, _, Some((true, sent_ms))) if sent_ms + promise::NET_LATENCY_MAX_MS <= now => {
                         Some("told not materialized, but the store delivered materialized".to_string())
                     }
+                    (false, _, None) if waited_ms < lag_timeout_ms => Some(format!(
+                        "told not materialized after {waited_ms} ms with no answer from the store, \
+                         before the {lag_timeout_ms} ms lag it asked to wait"
+                    )),
                     _ => None,
                 };
                 if let Some(problem) = problem {
@@ -97,7 +110,7 @@ impl Checker for QueryTruth {
     }
 
     fn about(&self) -> &'static str {
-        "store and client seams: a query answers materialized exactly when the store had materialized the index, and the application is told what the store answered"
+        "store and client seams: a query answers materialized exactly when the store had materialized the index, and the application is told what the store answered, not before its lag unless answered"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -130,8 +143,9 @@ mod tests {
                 .queried(7, Some(false), false)
                 .attempt_ok(10, 1, 1, o(1, 1))
                 .at(200).queried(7, Some(true), true)
-                // No answer arrived: the application may be told "not yet".
-                .queried(7, None, false)
+                // No answer arrived in its whole lag: the application may
+                // be told "not yet".
+                .queried_after(7, None, false, 1_000)
                 .build()
             => PASS;
         store_says_not_materialized_after_it_was:
@@ -146,6 +160,12 @@ mod tests {
         client_told_the_opposite_of_the_answer:
             built().at(500).queried_after(7, Some(true), false, 150).build()
             => &[(NAME, None)];
+        client_gave_up_before_its_lag:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).queried_after(7, None, false, 999).build()
+            => &[(NAME, None)];
+        refusal_ends_the_wait:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).queried_refused(7).build()
+            => PASS;
         // Sent 5 ms before the client's deadline: it may land after it.
         answer_sent_at_the_deadline_may_miss_it:
             built().at(500).queried_after(7, Some(true), false, 5).build()

@@ -44,8 +44,11 @@ impl RetryClock {
                 ),
                 None => (0, String::new()),
             };
-            let (earliest, why) = if t.row.spec.not_before_ms > earliest {
-                (t.row.spec.not_before_ms, "its not-before time".to_string())
+            // The application's wish, not the row's copy of it: an engine
+            // that lost the schedule writes a row that agrees with itself.
+            let not_before_ms = t.not_before_ms();
+            let (earliest, why) = if not_before_ms > earliest {
+                (not_before_ms, "its not-before time".to_string())
             } else {
                 (earliest, why)
             };
@@ -135,6 +138,10 @@ mod tests {
     use crate::testkit::{cases, o, H, PASS};
     use leasesim_vocab::task::{TaskKind, TaskSpec};
 
+    fn job_at(not_before_ms: u64) -> TaskSpec {
+        TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms, queue: None }
+    }
+
     /// Job t1 fails once at 100 ms: the policy says retry at 1100 ms.
     fn failed_once() -> H {
         H::new()
@@ -176,6 +183,21 @@ mod tests {
                 .at(2_000).grant(7, 1, o(1, 1))
                 .build()
             => &[(NAME, Some(7)), ("store-reply", Some(7))];
+        schedule_lost_on_the_way:
+            // The client asked for 3000 ms; the engine sent the enqueue
+            // without it, so the row agrees with the early grant and only
+            // the application's call tells.
+            H::new().up(o(1, 1))
+                .created_as(7, job_at(3_000), job_at(0))
+                .at(2_000).grant(7, 1, o(1, 1))
+                .build()
+            => &[(NAME, Some(7))];
+        scheduled_task_claimed_on_time_pass:
+            H::new().up(o(1, 1))
+                .created_as(7, job_at(3_000), job_at(3_000))
+                .at(3_000).grant(7, 1, o(1, 1))
+                .build()
+            => PASS;
         note_carries_the_wrong_retry_time:
             failed_once().note_sent(o(1, 1), 1, 1, 900).build()
             => &[(NAME, Some(1))];

@@ -12,7 +12,7 @@
 use super::{check, Report, Spec};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
-use leasesim_vocab::op::{Grant, Op, PeerNote, Response};
+use leasesim_vocab::op::{Grant, Op, PeerNote, Refusal, Response};
 use leasesim_vocab::promise::{Backoff, Bounds, Capabilities, LeaseTerms, Phases, Promises};
 use leasesim_vocab::task::MaintenanceKind;
 use leasesim_vocab::task::StageRow;
@@ -336,10 +336,15 @@ impl H {
         self.created_spec(task, spec)
     }
     /// The client enqueues `spec`, which the store creates as `task`.
-    pub fn created_spec(mut self, task: TaskId, spec: TaskSpec) -> Self {
+    pub fn created_spec(self, task: TaskId, spec: TaskSpec) -> Self {
+        self.created_as(task, spec.clone(), spec)
+    }
+    /// The client asks for `asked`; the engine sends and the store writes
+    /// `spec` as `task` (an engine that rewrote the call).
+    pub fn created_as(mut self, task: TaskId, asked: TaskSpec, spec: TaskSpec) -> Self {
         let call = self.call();
         let from = Sender::Client(call);
-        let what = ClientCall::Enqueue { spec: spec.clone() };
+        let what = ClientCall::Enqueue { spec: asked };
         let event = Event::TaskCreated { task, spec: spec.clone(), retry_at_ms: spec.not_before_ms };
         self.fact(Fact::ClientCalled { call, client: call, what })
             .answer(
@@ -611,6 +616,18 @@ impl H {
         h.at(at)
             .ev(Event::QueryResult { index, materialized })
             .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } })
+    }
+
+    /// The application asks about `index`, the store refuses the query at
+    /// once, and the application is told "not materialized".
+    pub fn queried_refused(mut self, index: IndexId) -> Self {
+        let call = self.call();
+        let what = ClientCall::Query { index, lag_timeout_ms: 1000 };
+        let refused = Response::Rejected { reason: Refusal::TimedOut };
+        self.fact(Fact::ClientCalled { call, client: call, what })
+            .answer(Sender::Client(call), Op::QueryIndex { index, lag_timeout_ms: 1000 }, refused, vec![], &[])
+            .ev(Event::QueryResult { index, materialized: false })
+            .fact(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized: false } })
     }
 
     // ---- workers and bodies ----

@@ -34,6 +34,10 @@ pub struct TaskView {
     /// released, an interrupted attempt returned): the engine's recovery
     /// delay applies before it is due.
     pub recovered: bool,
+    /// The not-before time the application asked for when a client call
+    /// created it (`None`: no client call did, a worker's stage enqueue or
+    /// a drift). Judged against, not the row's copy, which the engine wrote.
+    pub asked_not_before_ms: Option<u64>,
 }
 
 impl TaskView {
@@ -62,6 +66,12 @@ impl TaskView {
     /// A short description of who holds the task, for messages.
     pub fn holder(&self) -> String {
         holder(&self.row)
+    }
+
+    /// Its not-before time: the one the application asked for, or the
+    /// row's when no client call created it.
+    pub fn not_before_ms(&self) -> u64 {
+        self.asked_not_before_ms.unwrap_or(self.row.spec.not_before_ms)
     }
 }
 
@@ -289,6 +299,18 @@ impl View {
             finalize_deadline_ms: spec.promises.finalize_deadline_ms,
             txn_timeout_ms: spec.promises.txn_timeout_ms,
             ..View::default()
+        }
+    }
+
+    /// The tasks `commit` created for client call `call` get the
+    /// not-before time the application asked for in it.
+    fn note_asked(&mut self, call: u64, commit: &Commit) {
+        let Some(ClientCall::Enqueue { spec }) = self.calls.get(&call).map(|c| &c.what) else { return };
+        let asked_ms = spec.not_before_ms;
+        for change in commit.tasks.iter().filter(|c| c.before.is_none()) {
+            if let Some(t) = self.tasks.get_mut(&change.after.id) {
+                t.asked_not_before_ms = Some(asked_ms);
+            }
         }
     }
 
@@ -674,6 +696,9 @@ impl View {
                 | Op::ReturnOwn { interrupted: true, .. }
         );
         self.apply_commit(now, Some(req), completed_by, commit, started, recovery);
+        if let (Op::Enqueue { .. }, Sender::Client(call)) = (&r.request, r.from) {
+            self.note_asked(call, commit);
+        }
         if let (Op::Enqueue { key: Some(key), .. }, Response::Enqueued { task }) = (&r.request, response) {
             self.enqueue_keys.entry(*key).or_insert(*task);
         }
@@ -759,6 +784,7 @@ impl View {
                         ready_since_ms: now,
                         last_failure: None,
                         recovered: false,
+                        asked_not_before_ms: None,
                     };
                     self.tasks.insert(id, view);
                 }

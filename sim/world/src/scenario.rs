@@ -222,6 +222,11 @@ pub struct Workload {
     /// The client queries each index this long after enqueueing its build.
     pub query_after_ms: u64,
     pub query_lag_timeout_ms: u64,
+    /// When set, each query's lag is drawn uniformly from
+    /// `query_lag_timeout_ms` to this (0: every query waits
+    /// `query_lag_timeout_ms`). A lag longer than the engine's RPC deadline
+    /// is a query the client must wait out past one RPC deadline.
+    pub query_lag_max_ms: u64,
     /// Scripted enqueues at fixed times, on top of the drawn workload (for
     /// regression scenarios that place every step deterministically).
     pub script: Vec<Scripted>,
@@ -252,6 +257,11 @@ pub struct Workload {
     /// A long-lived client makes many calls, some with equal content, and
     /// its idempotency keys must stay distinct across all of them.
     pub clients: u32,
+    /// Chance that a job is enqueued with a not-before time in the future:
+    /// up to `scheduled_max_ms` after its enqueue, drawn uniformly. No
+    /// attempt may be granted before it, and it is due from then on.
+    pub scheduled_rate: f64,
+    pub scheduled_max_ms: u64,
 }
 
 /// One scripted enqueue.
@@ -288,6 +298,7 @@ impl Default for Workload {
             activity_work_max_ms: 120_000,
             query_after_ms: 10_000,
             query_lag_timeout_ms: 5_000,
+            query_lag_max_ms: 0,
             script: Vec::new(),
             fatal_rate: 0.0,
             long_work_rate: 0.0,
@@ -301,6 +312,8 @@ impl Default for Workload {
             queues: 0,
             queue_rate: 0.5,
             clients: 0,
+            scheduled_rate: 0.0,
+            scheduled_max_ms: 0,
         }
     }
 }
@@ -493,6 +506,7 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         ("fatal_rate", w.fatal_rate),
         ("long_work_rate", w.long_work_rate),
         ("queue_rate", w.queue_rate),
+        ("scheduled_rate", w.scheduled_rate),
     ];
     for (field, rate) in rates {
         if !(0.0..=1.0).contains(&rate) {
@@ -535,9 +549,19 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             w.long_work_max_ms, w.long_work_min_ms
         ));
     }
+    if w.query_lag_max_ms > 0 && w.query_lag_max_ms < w.query_lag_timeout_ms {
+        return Err(format!(
+            "workload.query_lag_max_ms: must be 0 or at least workload.query_lag_timeout_ms ({} ms), got {} ms",
+            w.query_lag_timeout_ms, w.query_lag_max_ms
+        ));
+    }
+    if w.scheduled_rate > 0.0 && w.scheduled_max_ms == 0 {
+        return Err("workload.scheduled_max_ms: must be at least 1 ms when workload.scheduled_rate is set".into());
+    }
     let late = w.after_heal_delay_ms + w.after_heal_window_ms;
+    let lag_ms = w.query_lag_timeout_ms.max(w.query_lag_max_ms);
     if w.after_heal_index_builds + w.after_heal_jobs > 0
-        && late + w.query_after_ms + w.query_lag_timeout_ms > s.phases.heal_phase_ms
+        && late + w.query_after_ms + lag_ms + w.scheduled_max_ms > s.phases.heal_phase_ms
     {
         return Err(
             "workload.after_heal_window_ms: work enqueued after the heal (and its queries) must end within phases.heal_phase_ms".into(),
@@ -604,6 +628,7 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
         ("workload.activity_work_max_ms", w.activity_work_max_ms, SPAN_MS),
         ("workload.query_after_ms", w.query_after_ms, SPAN_MS),
         ("workload.query_lag_timeout_ms", w.query_lag_timeout_ms, LAG_MS),
+        ("workload.query_lag_max_ms", w.query_lag_max_ms, LAG_MS),
         ("workload.long_work_min_ms", w.long_work_min_ms, SPAN_MS),
         ("workload.long_work_max_ms", w.long_work_max_ms, SPAN_MS),
         ("workload.after_heal_delay_ms", w.after_heal_delay_ms, SPAN_MS),
@@ -612,6 +637,7 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
         ("workload.after_heal_jobs", w.after_heal_jobs as u64, TASKS),
         ("workload.queues", w.queues as u64, PER_GROUP),
         ("workload.clients", w.clients as u64, PER_GROUP),
+        ("workload.scheduled_max_ms", w.scheduled_max_ms, SPAN_MS),
         ("phases.fault_phase_ms", p.fault_phase_ms, PHASE_MS),
         ("phases.heal_phase_ms", p.heal_phase_ms, PHASE_MS),
         ("bounds.claim_bound_ms", b.claim_bound_ms, BOUND_MS),

@@ -88,8 +88,32 @@ pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
             }
         }
     }
+    schedule(seed, w, &mut out);
     out.sort_by_key(|(t, _)| *t);
     out
+}
+
+/// Scheduled jobs' not-before times and queries' lags, drawn from a stream
+/// of their own (in generation order), so that worlds without them replay
+/// as before.
+fn schedule(seed: u64, w: &Workload, out: &mut [(u64, Action)]) {
+    if w.scheduled_rate == 0.0 && w.query_lag_max_ms == 0 {
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x7363_6864, 0));
+    for (at_ms, action) in out.iter_mut() {
+        match action {
+            Action::Enqueue(spec)
+                if spec.kind == TaskKind::Job && w.scheduled_rate > 0.0 && rng.gen_bool(w.scheduled_rate) =>
+            {
+                spec.not_before_ms = *at_ms + rng.gen_range(1..=w.scheduled_max_ms);
+            }
+            Action::Query { lag_timeout_ms, .. } if w.query_lag_max_ms > 0 => {
+                *lag_timeout_ms = rng.gen_range(w.query_lag_timeout_ms..=w.query_lag_max_ms);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Which long-lived client makes each of the plan's `calls` calls, in plan
@@ -102,4 +126,43 @@ pub fn clients(seed: u64, w: &Workload, calls: usize) -> Vec<u64> {
     }
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x636c_6e74, 0));
     (0..calls).map(|_| rng.gen_range(1..=w.clients as u64)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plan, Action};
+    use crate::scenario::Workload;
+    use leasesim_vocab::task::TaskKind;
+
+    fn workload() -> Workload {
+        Workload { enqueue_window_ms: 60_000, index_builds: 4, jobs: 12, ..Workload::default() }
+    }
+
+    #[test]
+    fn schedules_and_lags_change_nothing_else() {
+        let plain = plan(7, &workload(), 100_000);
+        let w = Workload { scheduled_rate: 1.0, scheduled_max_ms: 30_000, query_lag_max_ms: 20_000, ..workload() };
+        let drawn = plan(7, &w, 100_000);
+        assert_eq!(plain.len(), drawn.len());
+        let (mut scheduled, mut long_lags) = (0, 0);
+        for ((at_ms, before), (at2_ms, after)) in plain.iter().zip(&drawn) {
+            assert_eq!(at_ms, at2_ms, "an action moved");
+            match (before, after) {
+                (Action::Enqueue(a), Action::Enqueue(b)) if a.kind == TaskKind::Job => {
+                    assert_eq!(a.not_before_ms, 0);
+                    assert!(b.not_before_ms > *at_ms && b.not_before_ms <= at_ms + 30_000, "{b:?} at {at_ms}");
+                    assert_eq!(a.clone(), leasesim_vocab::task::TaskSpec { not_before_ms: 0, ..b.clone() });
+                    scheduled += 1;
+                }
+                (Action::Query { lag_timeout_ms: l1, index: i1 }, Action::Query { lag_timeout_ms: l2, index: i2 }) => {
+                    assert_eq!((i1, *l1), (i2, 5_000));
+                    assert!((5_000..=20_000).contains(l2));
+                    long_lags += u32::from(*l2 > 10_000);
+                }
+                (a, b) => assert_eq!(a, b),
+            }
+        }
+        assert_eq!(scheduled, 12, "a rate of 1 schedules every job");
+        assert!(long_lags > 0, "some lags are past 10 s");
+    }
 }
