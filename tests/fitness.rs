@@ -199,6 +199,75 @@ impl Variant for ClaimSteals {
     }
 }
 
+/// The store forgets which attempt completed a task: the same attempt's
+/// retry of an applied completion (its first answer lost) is refused as if
+/// the attempt no longer held the task, so its callback never comes.
+#[derive(Default)]
+struct ForgetsCompletions {
+    applied: std::sync::Mutex<std::collections::BTreeSet<leasesim::ids::Fence>>,
+}
+
+impl Variant for ForgetsCompletions {
+    fn name(&self) -> &str {
+        "retried completion refused"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        Box::pin(async move {
+            let Request::Complete { fence } = req.statement().clone() else { return server.handle(req).await };
+            if self.applied.lock().expect("applied").contains(&fence) {
+                return Response::Rejected { reason: leasesim::proto::Rejection::NotOwner };
+            }
+            let answer = server.handle(req).await;
+            if matches!(answer, Response::Applied { .. }) {
+                self.applied.lock().expect("applied").insert(fence);
+            }
+            answer
+        })
+    }
+}
+
+/// The store forgets a ROLLBACK that overtakes its transaction's first
+/// statement (acknowledged, never applied): the late statement then opens
+/// the transaction, which holds its row lock until the store times it out.
+#[derive(Default)]
+struct ForgetsEarlyRollbacks {
+    seen: std::sync::Mutex<std::collections::BTreeSet<leasesim::ids::TxnId>>,
+}
+
+impl Variant for ForgetsEarlyRollbacks {
+    fn name(&self) -> &str {
+        "rollback before the first statement forgotten"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        match &req {
+            Request::Exec { txn, .. } => {
+                self.seen.lock().expect("seen").insert(*txn);
+            }
+            Request::Rollback { txn } if !self.seen.lock().expect("seen").contains(txn) => {
+                return Box::pin(async { Response::Ack });
+            }
+            _ => {}
+        }
+        Box::pin(server.handle(req))
+    }
+}
+
+/// The store answers a lag-bounded query at once, as if its lag were 0.
+struct QueryNotHeld;
+
+impl Variant for QueryNotHeld {
+    fn name(&self) -> &str {
+        "query answered without waiting its lag"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        let req = match req {
+            Request::QueryIndex { index, .. } => Request::QueryIndex { index, lag_timeout_ms: 0 },
+            other => other,
+        };
+        Box::pin(server.handle(req))
+    }
+}
+
 /// A claim answer leaves out the last task it granted.
 struct ClaimHidesAGrant;
 
@@ -539,12 +608,15 @@ fitness! {
     exactly_once: "exactly-once-completion" in "swarm" by Calls("refused completion taken as applied", completion_always_applies), within 60;
     enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_rekeyed), within 40;
     callback_kept: "callback-kept" in "swarm" by Calls("applied completions taken as errors", drops_applied_completions), within 20;
+    callback_after_a_retry: "callback-kept" in "swarm" by ForgetsCompletions::default(), within 40;
+    query_held_its_lag: "query-truth" in "swarm" by QueryNotHeld, within 20;
     enqueue_by_content: "enqueue-once" in "swarm" by Calls("enqueue keyed by its content", enqueue_keyed_by_content), within 40;
     enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
     schedule_kept: "retry-clock" in "swarm" by Calls("schedule dropped by the client", schedule_dropped), within 20;
     query_waits_its_lag: "query-truth" in "swarm" by Calls("query given up after one RPC deadline", query_gives_up_early), within 20;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
+    transaction_ended_stays_ended: "transactions" in "swarm" by ForgetsEarlyRollbacks::default(), within 60;
     query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;
     single_flight: "single-flight-maintenance" in "a-index-builds" by Calls("maintenance call times out", maintenance_times_out), within 60;
     reconciliation: "reconciliation" in "c-workflows" by Sweeper, within 40;

@@ -10,12 +10,17 @@
 //! attempt's finalization deadline, or the process was killed,
 //! paused or cut off before the callback was due. A completion committed
 //! by a separate COMMIT (no fence on the request) is not judged: which
-//! statement's answer carried it is the transaction's affair.
+//! statement's answer carried it is the transaction's affair. A retry of a
+//! completion that already committed, from the same attempt, owes the
+//! callback whatever the store answered it, when the engine promises
+//! idempotent outcome writes (`Promises::outcome_idempotent`): the retry is
+//! how an attempt whose first answer was lost learns its fate.
 
 use super::{answer, fact, Checker, Ctx, Violation};
+use crate::outcome_kept::retryable;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::Fence;
-use leasesim_vocab::op::Response;
+use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskState;
 use leasesim_vocab::truth::{Fact, Reply};
@@ -72,7 +77,7 @@ impl CallbackKept {
                 continue;
             }
             let message = format!(
-                "t{}: the store committed the completion of attempt {} ({}) and its answer left at {answered_ms} ms, \
+                "t{}: the store committed the completion of attempt {} ({}) and an answer to it (or to its retry) left at {answered_ms} ms, \
                  within the attempt's finalization deadline, but no callback came by {due_ms} ms",
                 fence.task, fence.attempt, fence.owner
             );
@@ -107,12 +112,32 @@ impl Checker for CallbackKept {
             _ => {}
         }
         let Some(a) = answer(rec, ctx) else { return };
-        let Some(fence) = a.request.request.fence().copied() else { return };
-        let Response::Applied { .. } = a.response else { return };
-        let done_now = a.commit.tasks.iter().any(|c| c.after.id == fence.task && c.after.state == TaskState::Done);
-        let done_by_it = done_now || ctx.view.task(fence.task).is_some_and(|t| t.state() == TaskState::Done);
-        if done_by_it && matches!(a.request.request, leasesim_vocab::op::Op::Complete { .. }) {
-            self.owe(fence, a.request.arrived_ms, now, a.reply, ctx);
+        let Op::Complete { fence } = a.request.request.statement() else { return };
+        let fence = *fence;
+        match a.response {
+            Response::Applied { .. } => {
+                let done_now =
+                    a.commit.tasks.iter().any(|c| c.after.id == fence.task && c.after.state == TaskState::Done);
+                if done_now || ctx.view.task(fence.task).is_some_and(|t| t.state() == TaskState::Done) {
+                    self.owe(fence, a.request.arrived_ms, now, a.reply, ctx);
+                }
+            }
+            // The attempt's retry of a completion that already committed
+            // (its first answer lost): an engine that promises idempotent
+            // outcome writes answers it as applied, so a final refusal
+            // ("not yours", "missing") owes the callback as if it had. A
+            // refusal that says "try again" (the transaction a copy already
+            // committed is no longer open) leads to another try instead.
+            Response::Rejected { reason }
+                if ctx.promises().outcome_idempotent
+                    && !retryable(reason)
+                    && *reason != Refusal::Unavailable
+                    && !a.request.duplicate
+                    && ctx.view.completed_by.get(&fence.task) == Some(&fence) =>
+            {
+                self.owe(fence, a.request.arrived_ms, now, a.reply, ctx);
+            }
+            _ => {}
         }
     }
 
@@ -134,7 +159,10 @@ impl Checker for CallbackKept {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::truth::Reply;
+    use leasesim_vocab::truth::Sender::Worker;
 
     /// t1's attempt 1 on p1.1: its body ends at 100 ms, its completion
     /// commits at 200 ms; then, if `callback`, the application is told.
@@ -155,6 +183,49 @@ mod tests {
         h.at(220).unpermit(o(1, 1), 1, 1)
     }
 
+    fn complete() -> Op {
+        Op::Complete { fence: crate::testkit::fence(1, 1, o(1, 1)) }
+    }
+
+    /// As `completed(false)`, but the commit's answer is lost and the
+    /// attempt's retry at 400 ms is refused as if the attempt no longer
+    /// held the task.
+    fn retried_after_a_lost_answer() -> H {
+        retry_refused(Refusal::NotOwner)
+    }
+
+    /// The same, the retry refused for `reason`.
+    fn retry_refused(reason: Refusal) -> H {
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+            .at(200)
+            .completed_as(Reply::Lost, 1, 1, o(1, 1))
+            .at(400)
+            .answer(Worker(o(1, 1)), complete(), Response::Rejected { reason }, vec![], &[])
+            .at(420)
+            .unpermit(o(1, 1), 1, 1)
+    }
+
+    fn without_idempotence() -> crate::Spec {
+        let mut spec = crate::testkit::spec();
+        spec.promises.outcome_idempotent = false;
+        spec
+    }
+
+    #[test]
+    fn a_refused_retry_without_the_promise_passes() {
+        let history = retried_after_a_lost_answer().at(5_000).heartbeat(o(1, 1)).build();
+        crate::testkit::run_case_in("no promise", &without_idempotence(), history, PASS);
+    }
+
     #[test]
     fn an_excused_loss_is_counted_as_wasted_work() {
         let excused = |history| crate::testkit::run_case("excused", history, PASS).excused.get(NAME).copied();
@@ -169,6 +240,24 @@ mod tests {
             completed(false).at(5_000).heartbeat(o(1, 1)).build() => &[(NAME, Some(1))];
         a_callback_lost_to_a_kill_is_excused:
             completed(false).at(300).killed(o(1, 1)).build() => PASS;
+        a_retry_refused_after_the_commit_loses_the_callback:
+            // The first answer is lost; the retry at 400 ms is refused.
+            retried_after_a_lost_answer().at(5_000).heartbeat(o(1, 1)).build()
+            => &[(NAME, Some(1))];
+        a_retry_told_to_try_again_owes_nothing_yet_passes:
+            // "No longer open" (a copy committed the transaction first): the
+            // attempt tries again, and that try's answer is judged.
+            retry_refused(Refusal::TxnClosed).at(5_000).heartbeat(o(1, 1)).build()
+            => PASS;
+        a_retry_answered_as_applied_and_reported_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true)
+                .at(200).completed_as(Reply::Lost, 1, 1, o(1, 1))
+                .at(400).answer(Worker(o(1, 1)), complete(), Response::Applied { retries: 0, retry_at_ms: None }, vec![], &[])
+                .at(410).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(5_000).heartbeat(o(1, 1)).build()
+            => PASS;
         a_callback_due_after_the_end_is_not_judged:
             completed(false).at(600).heartbeat(o(1, 1)).build() => PASS;
     }

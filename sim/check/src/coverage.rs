@@ -108,6 +108,8 @@ points! {
     EQUAL_CALLS = "equal-calls-from-one-client": "one long-lived client made two enqueue calls with equal content, and both were acknowledged";
     SCHEDULED_GRANTED = "scheduled-task-granted": "a task the application enqueued with a not-before time in the future was granted (claims before that time had to pass it over)";
     LEASE_CONFIRMED = "lease-confirmed-before-start": "a claim answer came so late that its attempt renewed the lease before starting the body (inside the renewal margin already)";
+    ROLLBACK_FIRST = "rollback-before-first-statement": "a transaction's ROLLBACK reached the store before any statement of it (the late statements must find it ended)";
+    COMPLETION_RETRIED = "completion-retried-after-commit": "an attempt sent its completion again after it had committed (its first answer lost), and the retry was answered";
     QUERY_HELD_LONG = "query-held-past-rpc-deadline": "an index query was held at the store longer than one RPC deadline before its answer: its client had to wait past one";
 }
 
@@ -141,9 +143,11 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         | "lock-wait"
         | "transaction-abandoned"
         | "serialization-failure-retried"
-        | "lock-wait-timed-out" => caps.transactions,
+        | "lock-wait-timed-out"
+        | "rollback-before-first-statement" => caps.transactions,
         "expired-lease-locked" => caps.transactions && caps.leases,
         "duplicate-write-absorbed" => caps.redelivery,
+        "completion-retried-after-commit" => caps.outcome_answers,
         "queued-task-behind-running-one" => caps.named_queues,
         _ => true,
     }
@@ -380,6 +384,11 @@ impl Coverage {
                 self.hit(STALE_OUTCOME);
             }
         }
+        if let Op::Complete { fence } = a.request.request.statement() {
+            if !a.request.duplicate && v.completed_by.get(&fence.task) == Some(fence) {
+                self.hit(COMPLETION_RETRIED);
+            }
+        }
         match &a.request.request {
             Op::Complete { fence } if refused && stale(fence) => {
                 self.hit(STALE_COMPLETE);
@@ -415,6 +424,7 @@ impl Coverage {
                     self.aim(LEASE_CHECK_AFTER_EXPIRY, FaultKind::ProcessPause, proc, window, Anchor::Start);
                 }
             }
+            Op::Rollback { txn } if !v.txns.contains_key(txn) && !v.txn_ended.contains(txn) => self.hit(ROLLBACK_FIRST),
             Op::EnqueueStage { .. } if refused => self.hit(STAGE_REFUSED),
             Op::QueryIndex { lag_timeout_ms, .. } => {
                 let waited = now.saturating_sub(a.request.handed_ms.unwrap_or(a.request.arrived_ms));

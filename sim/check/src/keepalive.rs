@@ -193,7 +193,7 @@ impl Checker for Keepalive {
     }
 
     fn about(&self) -> &'static str {
-        "store seam: a live, connected worker heartbeats every interval, and renews a running body's lease before it expires"
+        "store seam: a live, connected worker heartbeats every interval, renews a running body's lease before it expires, and starts no body inside its renewal margin without renewing first"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {

@@ -217,7 +217,7 @@ fn store_side(reason: &Refusal) -> bool {
 }
 
 /// A refusal that says nothing applied and a new try may succeed.
-fn retryable(reason: &Refusal) -> bool {
+pub(crate) fn retryable(reason: &Refusal) -> bool {
     matches!(
         reason,
         Refusal::Conflict | Refusal::TimedOut | Refusal::LockTimeout | Refusal::Deadlock | Refusal::TxnClosed

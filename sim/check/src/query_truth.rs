@@ -2,7 +2,8 @@
 //! "materialized" exactly when the index is materialized; the application is
 //! told "materialized" only when the store had materialized it, never the
 //! opposite of the answer the store delivered to it, and never "not
-//! materialized" before the lag it asked to wait unless an answer came.
+//! materialized" before the lag it asked to wait unless an answer came. The
+//! store answers "not materialized" only once the query's lag ran out.
 //!
 //! Judged at the store seam (the answer against the store's materialized
 //! set, read by the harness) and the client seam (what the application was
@@ -29,7 +30,7 @@ pub struct QueryTruth {
 impl QueryTruth {
     fn judge_store(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let Some(a) = answer(rec, ctx) else { return };
-        let Op::QueryIndex { index, .. } = &a.request.request else { return };
+        let Op::QueryIndex { index, lag_timeout_ms } = &a.request.request else { return };
         let Response::Query { materialized } = a.response else {
             // Any other answer (a refusal) still ends the client's wait.
             if let (Sender::Client(call), Reply::Sent) = (a.request.from, a.reply) {
@@ -45,6 +46,20 @@ impl QueryTruth {
                 NAME,
                 now,
                 format!("index {index}: the store answered materialized={materialized} at {now} ms, but {state}"),
+            ));
+        }
+        // The store holds a lag-bounded query until the index materializes
+        // or the lag runs out: "not materialized" sooner is a wait cut short
+        // (counted from the request's arrival, the most lenient base).
+        let waited_ms = now.saturating_sub(a.request.arrived_ms);
+        if !*materialized && waited_ms < *lag_timeout_ms {
+            out.push(Violation::new(
+                NAME,
+                now,
+                format!(
+                    "index {index}: the store answered not materialized {waited_ms} ms after the query arrived, \
+                     before its {lag_timeout_ms} ms lag ran out"
+                ),
             ));
         }
         if let Sender::Client(call) = a.request.from {
@@ -110,7 +125,7 @@ impl Checker for QueryTruth {
     }
 
     fn about(&self) -> &'static str {
-        "store and client seams: a query answers materialized exactly when the store had materialized the index, and the application is told what the store answered, not before its lag unless answered"
+        "store and client seams: a query answers materialized exactly when the store had materialized the index, not-materialized only once the lag ran out, and the application is told what the store answered, not before its lag unless answered"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -141,8 +156,8 @@ mod tests {
         truthful_answers_pass:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created_index(1, 7)
                 .queried(7, Some(false), false)
-                .attempt_ok(10, 1, 1, o(1, 1))
-                .at(200).queried(7, Some(true), true)
+                .attempt_ok(1_010, 1, 1, o(1, 1))
+                .at(1_200).queried(7, Some(true), true)
                 // No answer arrived in its whole lag: the application may
                 // be told "not yet".
                 .queried_after(7, None, false, 1_000)
@@ -160,6 +175,12 @@ mod tests {
         client_told_the_opposite_of_the_answer:
             built().at(500).queried_after(7, Some(true), false, 150).build()
             => &[(NAME, None)];
+        store_cut_the_wait_short:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).answered_after(7, false, 999).build()
+            => &[(NAME, None)];
+        store_waited_the_whole_lag_passes:
+            H::new().up(o(1, 1)).created_index(1, 7).at(5).answered_after(7, false, 1_000).build()
+            => PASS;
         client_gave_up_before_its_lag:
             H::new().up(o(1, 1)).created_index(1, 7).at(5).queried_after(7, None, false, 999).build()
             => &[(NAME, None)];

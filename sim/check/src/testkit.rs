@@ -62,6 +62,7 @@ pub fn promises() -> Promises {
             retry_on: vec![leasesim_vocab::op::Refusal::Conflict],
         }),
         outcome_retry: true,
+        outcome_idempotent: true,
     }
 }
 
@@ -280,6 +281,19 @@ impl H {
         events: Vec<Event>,
         edits: &[(TaskId, Edit)],
     ) -> Self {
+        self.answer_as(Reply::Sent, from, request, response, events, edits)
+    }
+
+    /// As `answer`, with the answer's fate `reply` (lost, late, sent).
+    pub fn answer_as(
+        self,
+        reply: Reply,
+        from: Sender,
+        request: Op,
+        response: Response,
+        events: Vec<Event>,
+        edits: &[(TaskId, Edit)],
+    ) -> Self {
         let (mut h, req) = self.arrive(from, request);
         let mut commit = Commit::default();
         for (id, edit) in edits {
@@ -308,7 +322,7 @@ impl H {
         for e in events {
             h = h.ev(e);
         }
-        h.fact(Fact::Answered { req, response, commit, reply: Reply::Sent })
+        h.fact(Fact::Answered { req, response, commit, reply })
     }
 
     fn call(&mut self) -> u64 {
@@ -493,6 +507,10 @@ impl H {
         self.released_by(task, owner, request, ReleaseCause::Orphaned)
     }
     pub fn completed(self, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        self.completed_as(Reply::Sent, task, attempt, owner)
+    }
+    /// A committed completion whose answer met `reply`.
+    pub fn completed_as(self, reply: Reply, task: TaskId, attempt: u32, owner: Owner) -> Self {
         let f = fence(task, attempt, owner);
         let row = self.row(task);
         let mut events = vec![Event::WriteApplied {
@@ -510,7 +528,8 @@ impl H {
         if let Some(stage) = row.spec.stage.filter(|s| self.stages.get(s).is_some_and(|r| r.task == Some(task))) {
             events.push(Event::StageDone { stage, task });
         }
-        self.answer(
+        self.answer_as(
+            reply,
             Sender::Worker(owner),
             Op::Complete { fence: f },
             Response::Applied { retries: row.retries, retry_at_ms: None },
@@ -581,15 +600,27 @@ impl H {
         )
     }
     /// The store answers a query for `index` (asked by a fresh client call).
-    pub fn answered(mut self, index: IndexId, materialized: bool) -> Self {
+    /// "Not materialized" comes once the query's 1 s lag ran out, as a
+    /// store answers it; "materialized" at once.
+    pub fn answered(self, index: IndexId, materialized: bool) -> Self {
+        let wait_ms = if materialized { 0 } else { 1_000 };
+        self.answered_after(index, materialized, wait_ms)
+    }
+    /// The store answers a query for `index` `wait_ms` after it arrived.
+    pub fn answered_after(mut self, index: IndexId, materialized: bool, wait_ms: u64) -> Self {
         let call = self.call();
-        self.answer(
-            Sender::Client(call),
-            Op::QueryIndex { index, lag_timeout_ms: 1000 },
-            Response::Query { materialized },
-            vec![Event::QueryAnswered { index, materialized, waited_ms: 0 }],
-            &[],
-        )
+        self.query_answer(Sender::Client(call), index, materialized, wait_ms)
+    }
+    fn query_answer(self, from: Sender, index: IndexId, materialized: bool, wait_ms: u64) -> Self {
+        let (h, req) = self.arrive(from, Op::QueryIndex { index, lag_timeout_ms: 1000 });
+        let at = h.now + wait_ms;
+        let response = Response::Query { materialized };
+        h.at(at).ev(Event::QueryAnswered { index, materialized, waited_ms: wait_ms }).fact(Fact::Answered {
+            req,
+            response,
+            commit: Commit::default(),
+            reply: Reply::Sent,
+        })
     }
     /// The application asks about `index` and is told `materialized`, with
     /// the store's answer `store` delivered to it (`None`: none arrived).
@@ -603,13 +634,7 @@ impl H {
         let what = ClientCall::Query { index, lag_timeout_ms: 1000 };
         let mut h = self.fact(Fact::ClientCalled { call, client: call, what });
         h = match store {
-            Some(m) => h.answer(
-                Sender::Client(call),
-                Op::QueryIndex { index, lag_timeout_ms: 1000 },
-                Response::Query { materialized: m },
-                vec![Event::QueryAnswered { index, materialized: m, waited_ms: 0 }],
-                &[],
-            ),
+            Some(m) => h.query_answer(Sender::Client(call), index, m, if m { 0 } else { 1_000 }),
             None => h,
         };
         let at = h.now + gap_ms;

@@ -9,7 +9,9 @@
 //!   (That nothing shows before COMMIT is `store-reply`'s rule.)
 //! - The store says "no longer open" only of a transaction that is not:
 //!   it was open `txn_timeout_ms`, its process has a newer incarnation, the
-//!   store restarted, it already ended, or it never opened.
+//!   store restarted, it already ended, or it never opened; and it says so
+//!   (or refuses) to every statement of a transaction that ended, even one
+//!   whose ROLLBACK overtook its first statement.
 //! - A request gives up on a row lock only after waiting `txn_timeout_ms`.
 //! - At the network seam, the client keeps the protocol: it sends no
 //!   statement of a transaction it ended (COMMIT or ROLLBACK sent), and
@@ -99,6 +101,18 @@ impl Transactions {
                 None => None,
             }
             .map(|m| Violation::new(NAME, now, m));
+        }
+        // The other half: a transaction that ended (its COMMIT or ROLLBACK
+        // reached the store, even before its first statement; it timed
+        // out; its process was replaced) is not open again for a late
+        // statement of it. (A second ROLLBACK changes nothing either way.)
+        let rollback = matches!(a.request.request, Op::Rollback { .. });
+        if ctx.view.txn_ended.contains(&txn) && !rollback && !matches!(a.response, Response::Rejected { .. }) {
+            return Some(Violation::new(
+                NAME,
+                now,
+                format!("{op} of {txn} was answered as if the transaction were open, but it had ended"),
+            ));
         }
         let task = statement_task(&a.request.request)?;
         let selected = ctx.view.task(task).zip(a.request.request.fence()).is_some_and(|(t, f)| t.held_by(f));
@@ -324,7 +338,36 @@ mod tests {
         )
     }
 
+    /// t1's body fails at 100 ms; the ROLLBACK of its failure's
+    /// transaction 1 reaches the store at 200 ms, before the transaction's
+    /// first statement (its lease check), which comes at 300 ms.
+    fn rollback_overtook_the_statement() -> H {
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), false)
+            .at(200)
+            .rolled_back(o(1, 1), 1)
+            .at(300)
+    }
+
     cases! {
+        a_statement_after_its_rollback_reopens_the_transaction:
+            rollback_overtook_the_statement().in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), true).build()
+            => &[(NAME, None)];
+        a_statement_after_its_rollback_told_no_longer_open_passes:
+            rollback_overtook_the_statement()
+                .in_txn(o(1, 1), 1, false)
+                .answer(Sender::Worker(o(1, 1)), Op::LeaseValid { fence: fence(1, 1, o(1, 1)) },
+                    Response::Rejected { reason: Refusal::TxnClosed }, vec![], &[])
+                .build()
+            => PASS;
         a_failure_committed_with_its_lease_check_passes:
             done(locked().at(400).in_txn(o(1, 1), 1, true).failed(1, 1, o(1, 1), 1, Some(1_400))).build()
             => PASS;

@@ -15,7 +15,12 @@ fn one_campaign(exe: &Path, scenario: &str, seeds: u64, jobs: usize) -> Result<f
         .map_err(|e| format!("--baseline {}: cannot run: {e}", exe.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| {
-        format!("{}: no JSON summary (exit {:?}); is it a leasesim CLI?", exe.display(), out.status.code())
+        // Its own first error line says why: an older build reads the
+        // built-in scenarios of the tree it was built in, and may not parse
+        // today's (pass the old scenario's file as --scenario then).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let why = stderr.lines().find(|l| l.starts_with("error")).unwrap_or("no error line");
+        format!("{}: no JSON summary (exit {:?}): {why}", exe.display(), out.status.code())
     })?;
     let summary: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("{}: its summary is not JSON: {e}", exe.display()))?;

@@ -90,6 +90,11 @@ pub struct Promises {
     /// no longer open)? `false`: such a refusal ends the attempt's outcome,
     /// and recovery runs the task again.
     pub outcome_retry: bool,
+    /// Is an outcome write sent again by the attempt whose first copy
+    /// already applied answered as applied (so the attempt, whose first
+    /// answer was lost, still learns its completion committed and reports
+    /// it)? `false`: how such a retry is answered is not judged.
+    pub outcome_idempotent: bool,
 }
 
 /// The client's retry promise for one enqueue call: it sends up to `sends`

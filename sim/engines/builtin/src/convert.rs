@@ -328,5 +328,8 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // Every outcome write is sent again while it is refused as
         // retryable, within the finalization deadline (worker/attempt.rs).
         outcome_retry: true,
+        // The store remembers which attempt completed a task and answers
+        // that attempt's retry as applied (store/mod.rs).
+        outcome_idempotent: true,
     }
 }

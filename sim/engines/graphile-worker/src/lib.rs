@@ -118,6 +118,9 @@ impl Engine for Graphile {
             // ReleaseJobError (runner/release/completion.rs, failure.rs):
             // the job stays locked until recovery unlocks it.
             outcome_retry: false,
+            // No retry is sent (above), and complete_job of a job already
+            // completed (deleted) is not an answer graphile promises.
+            outcome_idempotent: false,
         }
     }
 
