@@ -164,21 +164,15 @@ mod tests {
     use leasesim_vocab::truth::Reply;
     use leasesim_vocab::truth::Sender::Worker;
 
-    /// t1's attempt 1 on p1.1: its body ends at 100 ms, its completion
-    /// commits at 200 ms; then, if `callback`, the application is told.
+    /// t1's attempt 1 on p1.1, granted at 10 ms: its body ends at 100 ms.
+    fn body_ended() -> H {
+        H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).attempt_body(10, 1, 1, o(1, 1), true)
+    }
+
+    /// `body_ended`, then its completion commits at 200 ms; then, if
+    /// `callback`, the application is told.
     fn completed(callback: bool) -> H {
-        let h = H::new()
-            .up(o(1, 1))
-            .heartbeat(o(1, 1))
-            .created(1, TaskKind::Job)
-            .at(10)
-            .grant(1, 1, o(1, 1))
-            .permit(o(1, 1), 1, 1)
-            .started(1, 1, o(1, 1))
-            .at(100)
-            .finished(1, 1, o(1, 1), true)
-            .at(200)
-            .completed(1, 1, o(1, 1));
+        let h = body_ended().at(200).completed(1, 1, o(1, 1));
         let h = if callback { h.at(210).callback(1, 1, o(1, 1)) } else { h };
         h.at(220).unpermit(o(1, 1), 1, 1)
     }
@@ -196,22 +190,19 @@ mod tests {
 
     /// The same, the retry refused for `reason`.
     fn retry_refused(reason: Refusal) -> H {
-        H::new()
-            .up(o(1, 1))
-            .heartbeat(o(1, 1))
-            .created(1, TaskKind::Job)
-            .at(10)
-            .grant(1, 1, o(1, 1))
-            .permit(o(1, 1), 1, 1)
-            .started(1, 1, o(1, 1))
-            .at(100)
-            .finished(1, 1, o(1, 1), true)
-            .at(200)
-            .completed_as(Reply::Lost, 1, 1, o(1, 1))
-            .at(400)
-            .answer(Worker(o(1, 1)), complete(), Response::Rejected { reason }, vec![], &[])
-            .at(420)
-            .unpermit(o(1, 1), 1, 1)
+        retry_answered(Response::Rejected { reason }).at(420).unpermit(o(1, 1), 1, 1)
+    }
+
+    /// `body_ended`, its completion commits at 200 ms with its answer lost,
+    /// and the attempt's retry is answered `response` at 400 ms.
+    fn retry_answered(response: Response) -> H {
+        body_ended().at(200).completed_as(Reply::Lost, 1, 1, o(1, 1)).at(400).answer(
+            Worker(o(1, 1)),
+            complete(),
+            response,
+            vec![],
+            &[],
+        )
     }
 
     fn without_idempotence() -> crate::Spec {
@@ -250,11 +241,7 @@ mod tests {
             retry_refused(Refusal::TxnClosed).at(5_000).heartbeat(o(1, 1)).build()
             => PASS;
         a_retry_answered_as_applied_and_reported_passes:
-            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
-                .at(100).finished(1, 1, o(1, 1), true)
-                .at(200).completed_as(Reply::Lost, 1, 1, o(1, 1))
-                .at(400).answer(Worker(o(1, 1)), complete(), Response::Applied { retries: 0, retry_at_ms: None }, vec![], &[])
+            retry_answered(Response::Applied { retries: 0, retry_at_ms: None })
                 .at(410).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(5_000).heartbeat(o(1, 1)).build()
             => PASS;
