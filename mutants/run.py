@@ -14,7 +14,8 @@ figures would mean nothing.
     python3 mutants/run.py --catalog mutants/held-out.toml   # the held-out set, measured once
 
 Results go to stdout as a table and, with --json FILE, as JSON. The scratch
-copy lives in target/mutants/ (its own target dir, so builds are incremental).
+copy lives in target/mutants/ (its own target dir, so builds are incremental;
+only files whose content changed are rewritten there).
 """
 
 import argparse
@@ -48,12 +49,34 @@ def check_applies(root, mutants):
 
 
 def sync_scratch(scratch):
-    """Copies the working tree (without target/ and .git/) into scratch/tree,
-    keeping modification times so that builds there stay incremental."""
+    """Brings scratch/tree to the working tree (without target/ and .git/).
+
+    A file whose content differs from the scratch copy is written anew (a new
+    modification time); the others are left as they are, so that builds there
+    stay incremental. Copying modification times instead would let cargo take
+    a file restored to an older time (the working tree's, after a mutant was
+    built) for unchanged, and run the last mutant's binary as the baseline."""
     tree = scratch / "tree"
-    if tree.exists():
-        shutil.rmtree(tree)
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns("target", ".git"), copy_function=shutil.copy2)
+    ignore = {"target", ".git"}
+    wanted = set()
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        rel = Path(dirpath).relative_to(ROOT)
+        if rel == Path("."):
+            dirnames[:] = [d for d in dirnames if d not in ignore]
+        for name in filenames:
+            src, dst = Path(dirpath) / name, tree / rel / name
+            wanted.add(dst)
+            data = src.read_bytes()
+            if not dst.exists() or dst.read_bytes() != data:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(data)
+                shutil.copymode(src, dst)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        if Path(dirpath) == tree:
+            dirnames[:] = [d for d in dirnames if d not in ignore]
+        for name in filenames:
+            if Path(dirpath) / name not in wanted:
+                (Path(dirpath) / name).unlink()
     return tree
 
 

@@ -288,6 +288,28 @@ impl Variant for ClaimHidesAGrant {
     }
 }
 
+/// Repair does its work on every tenth pass only and answers the others
+/// "nothing to release", as a store whose per-group backoff outlives the
+/// lease expiries it should look again at.
+#[derive(Default)]
+struct RepairSkipsPasses {
+    passes: std::sync::atomic::AtomicU64,
+}
+
+impl Variant for RepairSkipsPasses {
+    fn name(&self) -> &str {
+        "repair backs off past lease expiries"
+    }
+    fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
+        if matches!(req, Request::Repair { .. })
+            && !self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed).is_multiple_of(10)
+        {
+            return Box::pin(async { Response::Released { tasks: 0 } });
+        }
+        Box::pin(server.handle(req))
+    }
+}
+
 /// An index query answers "materialized" as soon as a build of it exists.
 struct QueryTrustsBuilds;
 
@@ -615,6 +637,7 @@ fitness! {
     schedule_kept: "retry-clock" in "swarm" by Calls("schedule dropped by the client", schedule_dropped), within 20;
     query_waits_its_lag: "query-truth" in "swarm" by Calls("query given up after one RPC deadline", query_gives_up_early), within 20;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
+    repair_reclaims_expired: "store-reply" in "c-workflows" by RepairSkipsPasses::default(), within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
     transaction_ended_stays_ended: "transactions" in "swarm" by ForgetsEarlyRollbacks::default(), within 60;
     query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;

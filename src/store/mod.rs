@@ -8,6 +8,7 @@
 mod fence;
 mod repair;
 pub mod server;
+mod table;
 #[cfg(test)]
 mod tests;
 mod txn;
@@ -20,6 +21,7 @@ use crate::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId
 use crate::proto::{Grant, Rejection, Request, Response};
 use crate::task::{Task, TaskKind, TaskSpec, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
+use table::TaskTable;
 
 /// A pipeline stage row: linked to at most one task; done is absorbing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -40,7 +42,7 @@ struct RepairState {
 pub struct Store {
     cfg: EngineConfig,
     next_task: TaskId,
-    tasks: BTreeMap<TaskId, Task>,
+    tasks: TaskTable,
     /// Last sign of life per process incarnation: its last heartbeat, or its
     /// first claim if no heartbeat has arrived yet.
     heartbeats: BTreeMap<Owner, u64>,
@@ -71,7 +73,7 @@ impl Store {
         Store {
             cfg,
             next_task: 1,
-            tasks: BTreeMap::new(),
+            tasks: TaskTable::default(),
             heartbeats: BTreeMap::new(),
             incarnations: BTreeMap::new(),
             stages: BTreeMap::new(),
@@ -97,6 +99,19 @@ impl Store {
     /// Tasks with ids from `first` on, in id order.
     pub fn tasks_from(&self, first: TaskId) -> impl Iterator<Item = &Task> {
         self.tasks.range(first..).map(|(_, t)| t)
+    }
+
+    /// How many task-row writes the store has made: a position from which
+    /// [`Store::tasks_written_since`] reads which rows were written later.
+    pub fn task_writes(&self) -> usize {
+        self.tasks.writes()
+    }
+
+    /// The ids of the task rows written since the store had made `from`
+    /// writes (with repeats, in write order). A row not among them has not
+    /// changed since then.
+    pub fn tasks_written_since(&self, from: usize) -> &[TaskId] {
+        self.tasks.written_since(from)
     }
 
     pub fn stage(&self, stage: StageRef) -> Option<&StageRow> {

@@ -9,7 +9,7 @@
 //! tell the truth (lease checks, pipeline snapshots); recovery passes only
 //! release; an enqueue creates exactly the task it names.
 
-use super::view::held_by;
+use super::view::{held_by, TaskView};
 use super::{answer, Answer, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, Owner, StageRef, TaskId};
@@ -359,7 +359,8 @@ impl Judge<'_> {
             return Some(format!("{} answered {tasks} released, committed {}", request.op_name(), c.tasks.len()));
         }
         match request {
-            Op::ReclaimExpired { .. } => self.reclaimed_every_expired_lease(),
+            Op::ReclaimExpired { .. } => self.reclaimed_every_expired_lease(false),
+            Op::Repair { .. } => self.reclaimed_every_expired_lease(true),
             Op::ReleaseDead { .. } => self.released_every_replaced_owner(),
             _ => None,
         }
@@ -381,17 +382,36 @@ impl Judge<'_> {
         Some(format!("release-dead left t{left} with its replaced owner ({})", view.task(left)?.holder()))
     }
 
-    /// A reclaim releases every expired lease outside a group, except rows
-    /// an open transaction holds (it skips those).
-    fn reclaimed_every_expired_lease(&self) -> Option<String> {
+    /// A reclaim releases every expired lease outside a group, a repair pass
+    /// every expired lease inside one (`grouped`), except rows an open
+    /// transaction holds (they skip those). Repair backs off per group, but
+    /// never past a lease's expiry (a grant into the group looks again at
+    /// once): a pass that runs after an expiry reclaims that lease.
+    ///
+    /// Except a lease whose row a transaction locked since its grant: a
+    /// pass that skipped the locked row backed its group off without it,
+    /// and the built-in engine does not look again when the lock goes (a
+    /// wait of up to the backoff cap, left to expired-lease-recovery's
+    /// bound after the heal; see docs/design.md).
+    fn reclaimed_every_expired_lease(&self, grouped: bool) -> Option<String> {
         let view = &self.ctx.view;
+        let locked_since_grant = |t: &TaskView| {
+            let granted_ms = t
+                .row
+                .owner
+                .and_then(|owner| view.grants.get(&Fence { task: t.row.id, attempt: t.row.attempt, owner }).copied());
+            grouped && t.locked_ms.is_some_and(|l| granted_ms.is_none_or(|g| l >= g))
+        };
         let left = view.leased.iter().copied().find(|&id| {
-            let expired = view
-                .task(id)
-                .is_some_and(|t| t.row.spec.group.is_none() && t.row.lease_expiry_ms.is_some_and(|e| e <= self.now));
+            let expired = view.task(id).is_some_and(|t| {
+                t.row.spec.group.is_some() == grouped
+                    && t.row.lease_expiry_ms.is_some_and(|e| e <= self.now)
+                    && !locked_since_grant(t)
+            });
             expired && self.c.task(id).is_none() && !view.locked_at(id, self.now)
         })?;
-        Some(format!("reclaim-expired left t{left}'s expired lease in place ({})", view.task(left)?.holder()))
+        let pass = if grouped { "repair" } else { "reclaim-expired" };
+        Some(format!("{pass} left t{left}'s expired lease in place ({})", view.task(left)?.holder()))
     }
 
     fn create_pipeline(&self, pipeline: u64, stages: u32) -> Option<String> {
@@ -422,7 +442,7 @@ impl Checker for StoreReply {
     }
 
     fn about(&self) -> &'static str {
-        "store seam: every answer matches what its transaction committed, a transaction changes only what its request asks for, and a claim takes the due tasks in (retry time, id) order, as many as it has room for"
+        "store seam: every answer matches what its transaction committed, a transaction changes only what its request asks for, and a claim takes the due tasks in (retry time, id) order, as many as it has room for; a reclaim or repair pass takes back every expired lease it may see"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -467,7 +487,7 @@ mod tests {
     use leasesim_vocab::ids::StageRef;
     use leasesim_vocab::op::{Grant, Op, Refusal, Response};
     use leasesim_vocab::task::{Row, TaskKind, TaskState};
-    use leasesim_vocab::testimony::Event;
+    use leasesim_vocab::testimony::{Event, ReleaseCause};
     use leasesim_vocab::truth::Sender;
 
     cases! {
@@ -549,6 +569,44 @@ mod tests {
                     Response::Released { tasks: 0 }, vec![], &[])
                 .build()
             => &[(NAME, None)];
+        repair_leaves_an_expired_lease_in_its_group:
+            // Workflow task t1 of run 7: its 3 s lease ran out at 3010 (p1
+            // stopped renewing); the repair pass at 3100 skips the group (a
+            // backoff kept from before the grant) and releases nothing.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1))
+                .created_in(1, TaskKind::WorkflowTask, 7)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_100).answer(Sender::Worker(o(2, 1)), Op::Repair { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => &[(NAME, None)];
+        repair_may_back_off_past_a_lease_a_transaction_locked:
+            // p1's failure transaction locked t1 at 1000 (its lease check);
+            // p1 died and its lock went when p1.2 reached the store. A pass
+            // meanwhile could not read the row, so its group's backoff did
+            // not count t1's expiry (3010): the pass at 3100 may leave it
+            // (bounded after the heal by expired-lease-recovery).
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1))
+                .created_in(1, TaskKind::WorkflowTask, 7)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(900).finished(1, 1, o(1, 1), false)
+                .at(1_000).in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), true)
+                .at(1_500).killed(o(1, 1))
+                .at(2_500).up(o(1, 2)).heartbeat(o(1, 2))
+                .at(3_100).answer(Sender::Worker(o(2, 1)), Op::Repair { by: o(2, 1) },
+                    Response::Released { tasks: 0 }, vec![], &[])
+                .build()
+            => PASS;
+        repair_reclaims_the_expired_lease_and_leaves_the_healthy_one:
+            // Same run: t1's lease ran out, t2's (granted at 2000) runs to
+            // 5000. The pass takes t1 back and leaves t2.
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1))
+                .created_in(1, TaskKind::WorkflowTask, 7).created_in(2, TaskKind::WorkflowTask, 7)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(2_000).grant(2, 1, o(2, 1))
+                .at(3_100).released_by(1, o(2, 1), Op::Repair { by: o(2, 1) }, ReleaseCause::Repair)
+                .build()
+            => PASS;
         release_dead_leaves_a_replaced_owners_task:
             // p1 restarted (p1.2 heartbeats): its heartbeat-owned job t1 must
             // go back with the next release-dead, which releases nothing.

@@ -38,6 +38,9 @@ pub struct TaskView {
     /// created it (`None`: no client call did, a worker's stage enqueue or
     /// a drift). Judged against, not the row's copy, which the engine wrote.
     pub asked_not_before_ms: Option<u64>,
+    /// When a transaction last took its row's lock (a statement answered
+    /// while the transaction was open).
+    pub locked_ms: Option<u64>,
 }
 
 impl TaskView {
@@ -483,6 +486,11 @@ impl View {
                 .copied()
                 .filter(|id| self.tasks.get(id).and_then(|t| t.row.owner).is_some_and(|o| owners.contains(&o)))
                 .collect();
+            for id in &held {
+                if let Some(t) = self.tasks.get_mut(id) {
+                    t.locked_ms = Some(self.now_ms);
+                }
+            }
             if let Some(t) = self.txns.get_mut(&txn) {
                 t.locks.extend(held);
             }
@@ -507,6 +515,9 @@ impl View {
         };
         if let (true, Some(t)) = (locked, self.txns.get_mut(&txn)) {
             t.locks.insert(fence.task);
+            if let Some(task) = self.tasks.get_mut(&fence.task) {
+                task.locked_ms = Some(self.now_ms);
+            }
         }
     }
 
@@ -785,6 +796,7 @@ impl View {
                         last_failure: None,
                         recovered: false,
                         asked_not_before_ms: None,
+                        locked_ms: None,
                     };
                     self.tasks.insert(id, view);
                 }

@@ -233,7 +233,7 @@ impl StoreSeam<Builtin> for BuiltinStore {
     }
 
     fn tap(&self, op: Option<&Op>) -> Commit {
-        let scope = op.map_or(tap::Scope::ALL, tap::Scope::of);
+        let scope = op.map_or(tap::Scope::WHOLE, tap::Scope::of);
         self.tap.sync(&self.server, scope)
     }
 

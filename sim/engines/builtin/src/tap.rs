@@ -14,7 +14,14 @@
 //!   other transaction can interleave): the difference is that answer's
 //!   [`Commit`].
 //!
-//! At the end of the run the whole store is synced once more.
+//! A request that may change any task row (a claim, a recovery pass, a
+//! commit) is synced from the rows the store's task table logged as written
+//! since the last such sync ([`Store::tasks_written_since`]), not by
+//! comparing every row: the table's rows are private to it, so a row the log
+//! does not name has not changed. Debug builds (every `cargo test`) compare
+//! the whole table after each such sync as well.
+//!
+//! At the end of the run the whole store is compared once more, row by row.
 
 use crate::convert as builtin;
 use leasesim::ids::{IndexId, StageRef, TaskId};
@@ -32,7 +39,10 @@ enum Rows {
     None,
     One(TaskId),
     New,
+    /// Any row: the rows written since the last such sync.
     All,
+    /// Every row, compared one by one (the end of the run).
+    Every,
 }
 
 /// The stage rows a request may change.
@@ -54,8 +64,10 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// Every row (the end-of-run sync).
-    pub const ALL: Scope = Scope { tasks: Rows::All, stages: StageRows::All, materialized: true };
+    /// Every row, each compared (the end-of-run sync).
+    pub const WHOLE: Scope = Scope { tasks: Rows::Every, ..Scope::ALL };
+    /// Any row (a request that may write anything).
+    const ALL: Scope = Scope { tasks: Rows::All, stages: StageRows::All, materialized: true };
     const NOTHING: Scope = Scope { tasks: Rows::None, stages: StageRows::None, materialized: false };
 
     /// The rows a request may change, as the built-in store's API
@@ -113,28 +125,32 @@ struct Mirror {
 /// Rows are only ever added (the store never deletes a task row), almost
 /// always at the end.
 #[derive(Debug, Default)]
-struct TaskRows(Vec<Task>);
+struct TaskRows {
+    rows: Vec<Task>,
+    /// The store's task-row writes already looked at by an `All` sync.
+    synced_writes: usize,
+}
 
 impl TaskRows {
     fn position(&self, id: TaskId) -> Result<usize, usize> {
-        self.0.binary_search_by_key(&id, |t| t.id)
+        self.rows.binary_search_by_key(&id, |t| t.id)
     }
 
     fn next_id(&self) -> TaskId {
-        self.0.last().map_or(0, |t| t.id + 1)
+        self.rows.last().map_or(0, |t| t.id + 1)
     }
 
     /// Records `task` as it is in the store now, with what it was.
     fn record(&mut self, task: &Task, out: &mut Vec<TaskChange>) {
         match self.position(task.id) {
-            Ok(i) if self.0[i] == *task => {}
+            Ok(i) if self.rows[i] == *task => {}
             Ok(i) => {
-                out.push(TaskChange { before: Some(builtin::row(&self.0[i])), after: builtin::row(task) });
-                self.0[i] = task.clone();
+                out.push(TaskChange { before: Some(builtin::row(&self.rows[i])), after: builtin::row(task) });
+                self.rows[i] = task.clone();
             }
             Err(i) => {
                 out.push(TaskChange { before: None, after: builtin::row(task) });
-                self.0.insert(i, task.clone());
+                self.rows.insert(i, task.clone());
             }
         }
     }
@@ -186,14 +202,33 @@ fn sync_tasks(mirror: &mut TaskRows, store: &Store, rows: Rows, out: &mut Vec<Ta
                 mirror.record(task, out);
             }
         }
-        Rows::All => sync_all_tasks(mirror, store.tasks(), out),
+        Rows::All => {
+            let mut written = store.tasks_written_since(mirror.synced_writes).to_vec();
+            written.sort_unstable();
+            written.dedup();
+            // In id order, as a walk over the whole table reports them.
+            for id in written {
+                if let Some(task) = store.task(id) {
+                    mirror.record(task, out);
+                }
+            }
+            mirror.synced_writes = store.task_writes();
+            debug_assert!(
+                mirror.rows.iter().eq(store.tasks()),
+                "the store's task log named every row that changed since the last sync"
+            );
+        }
+        Rows::Every => {
+            sync_all_tasks(mirror, store.tasks(), out);
+            mirror.synced_writes = store.task_writes();
+        }
     }
 }
 
 /// Every task row (`store`, in id order) against the mirror, walking both
 /// side by side.
 fn sync_all_tasks<'a>(mirror: &mut TaskRows, store: impl Iterator<Item = &'a Task>, out: &mut Vec<TaskChange>) {
-    let rows = &mut mirror.0;
+    let rows = &mut mirror.rows;
     let mut i = 0;
     let mut unknown = Vec::new();
     for task in store {
@@ -217,7 +252,7 @@ fn sync_all_tasks<'a>(mirror: &mut TaskRows, store: impl Iterator<Item = &'a Tas
     }
     for task in unknown {
         let at = mirror.position(task.id).expect_err("an unknown row is not in the mirror");
-        mirror.0.insert(at, task.clone());
+        mirror.rows.insert(at, task.clone());
     }
 }
 
@@ -285,10 +320,10 @@ mod tests {
     /// One whole-table sync against a mirror holding `mirror`: the changes it
     /// reports and the mirror's rows after it.
     fn sync_all(mirror: Vec<Task>, store: &[Task]) -> (Vec<Change>, Vec<(TaskId, u32)>) {
-        let mut rows = TaskRows(mirror);
+        let mut rows = TaskRows { rows: mirror, synced_writes: 0 };
         let mut out = Vec::new();
         sync_all_tasks(&mut rows, store.iter(), &mut out);
-        (ids_and_attempts(&out), rows.0.iter().map(|t| (t.id, t.attempt)).collect())
+        (ids_and_attempts(&out), rows.rows.iter().map(|t| (t.id, t.attempt)).collect())
     }
 
     #[test]
@@ -319,7 +354,7 @@ mod tests {
             rows.record(&row(id, attempt), &mut out);
         }
         assert_eq!(ids_and_attempts(&out), vec![(4, None, 0), (2, None, 0), (4, Some(0), 1), (9, None, 0)]);
-        assert_eq!(rows.0.iter().map(|t| t.id).collect::<Vec<_>>(), vec![2, 4, 9]);
+        assert_eq!(rows.rows.iter().map(|t| t.id).collect::<Vec<_>>(), vec![2, 4, 9]);
         assert_eq!(rows.next_id(), 10);
     }
 }
