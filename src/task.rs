@@ -91,3 +91,23 @@ pub struct Task {
     /// How many times group repair reclaimed this task.
     pub repair_count: u32,
 }
+
+impl Task {
+    /// A task row as its enqueue creates it at `now_ms`: ready, never
+    /// claimed, due at its not-before time.
+    pub fn new(id: TaskId, spec: TaskSpec, now_ms: u64) -> Task {
+        let retry_at_ms = spec.not_before_ms;
+        Task {
+            id,
+            spec,
+            state: TaskState::Ready,
+            owner: None,
+            attempt: 0,
+            lease_expiry_ms: None,
+            retries: 0,
+            retry_at_ms,
+            updated_ms: now_ms,
+            repair_count: 0,
+        }
+    }
+}

@@ -256,21 +256,7 @@ impl Store {
         self.next_task += 1;
         let retry_at_ms = spec.not_before_ms;
         obs.emit(Event::TaskCreated { task: id, spec: spec.clone(), retry_at_ms });
-        self.tasks.insert(
-            id,
-            Task {
-                id,
-                spec,
-                state: TaskState::Ready,
-                owner: None,
-                attempt: 0,
-                lease_expiry_ms: None,
-                retries: 0,
-                retry_at_ms,
-                updated_ms: now_ms,
-                repair_count: 0,
-            },
-        );
+        self.tasks.insert(id, Task::new(id, spec, now_ms));
         Response::Enqueued { task: id }
     }
 

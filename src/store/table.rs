@@ -79,22 +79,11 @@ impl Index<&TaskId> for TaskTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{TaskKind, TaskSpec, TaskState};
+    use crate::task::{TaskKind, TaskSpec};
 
     fn row(id: TaskId) -> Task {
         let spec = TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0 };
-        Task {
-            id,
-            spec,
-            state: TaskState::Ready,
-            owner: None,
-            attempt: 0,
-            lease_expiry_ms: None,
-            retries: 0,
-            retry_at_ms: 0,
-            updated_ms: 0,
-            repair_count: 0,
-        }
+        Task::new(id, spec, 0)
     }
 
     #[test]

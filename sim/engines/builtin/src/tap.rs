@@ -295,18 +295,7 @@ mod tests {
             index: None,
             not_before_ms: 0,
         };
-        Task {
-            id,
-            spec,
-            state: leasesim::task::TaskState::Ready,
-            owner: None,
-            attempt,
-            lease_expiry_ms: None,
-            retries: 0,
-            retry_at_ms: 0,
-            updated_ms: 0,
-            repair_count: 0,
-        }
+        Task { attempt, ..Task::new(id, spec, 0) }
     }
 
     /// A change as (task, attempt before, attempt after).
