@@ -201,27 +201,46 @@ impl Variant for ClaimSteals {
 
 /// The store forgets which attempt completed a task: the same attempt's
 /// retry of an applied completion (its first answer lost) is refused as if
-/// the attempt no longer held the task, so its callback never comes.
+/// the attempt no longer held the task, so its callback never comes. With
+/// `stage_link`, the completion itself is answered as applied again and
+/// only the stage transaction's first statement (clearing the stage link)
+/// is refused on the retry.
 #[derive(Default)]
 struct ForgetsCompletions {
+    stage_link: bool,
     applied: std::sync::Mutex<std::collections::BTreeSet<leasesim::ids::Fence>>,
 }
 
 impl Variant for ForgetsCompletions {
     fn name(&self) -> &str {
-        "retried completion refused"
+        if self.stage_link {
+            "retried stage link refused"
+        } else {
+            "retried completion refused"
+        }
     }
     fn store<'a>(&'a self, server: &'a StoreServer, req: Request) -> BoxFuture<'a, Response> {
         Box::pin(async move {
-            let Request::Complete { fence } = req.statement().clone() else { return server.handle(req).await };
-            if self.applied.lock().expect("applied").contains(&fence) {
-                return Response::Rejected { reason: leasesim::proto::Rejection::NotOwner };
+            let refused = Response::Rejected { reason: leasesim::proto::Rejection::NotOwner };
+            match req.statement().clone() {
+                Request::ClearStageLink { fence } if self.stage_link => {
+                    if self.applied.lock().expect("applied").contains(&fence) {
+                        return refused;
+                    }
+                    server.handle(req).await
+                }
+                Request::Complete { fence } => {
+                    if !self.stage_link && self.applied.lock().expect("applied").contains(&fence) {
+                        return refused;
+                    }
+                    let answer = server.handle(req).await;
+                    if matches!(answer, Response::Applied { .. }) {
+                        self.applied.lock().expect("applied").insert(fence);
+                    }
+                    answer
+                }
+                _ => server.handle(req).await,
             }
-            let answer = server.handle(req).await;
-            if matches!(answer, Response::Applied { .. }) {
-                self.applied.lock().expect("applied").insert(fence);
-            }
-            answer
         })
     }
 }
@@ -584,6 +603,15 @@ fn never_renews(_: Option<Owner>, req: Request, send: Call) -> Answer {
     send(req)
 }
 
+/// A claim asks for one task fewer than the worker has permits free, as
+/// if a permit it said it gave back had been lost.
+fn claims_one_short(_: Option<Owner>, req: Request, send: Call) -> Answer {
+    match req {
+        Request::Claim { owner, max, wait_ms } if max >= 2 => send(Request::Claim { owner, max: max - 1, wait_ms }),
+        req => send(req),
+    }
+}
+
 /// Completions of index builds and stages are lost at the worker.
 fn loses_completions(_: Option<Owner>, req: Request, send: Call) -> Answer {
     if matches!(req.statement(), Request::Complete { .. }) {
@@ -631,6 +659,7 @@ fitness! {
     enqueue_once: "enqueue-once" in "swarm" by Calls("enqueue retried without a key", enqueue_rekeyed), within 40;
     callback_kept: "callback-kept" in "swarm" by Calls("applied completions taken as errors", drops_applied_completions), within 20;
     callback_after_a_retry: "callback-kept" in "swarm" by ForgetsCompletions::default(), within 40;
+    callback_after_a_stage_retry: "callback-kept" in "swarm" by ForgetsCompletions { stage_link: true, ..Default::default() }, within 60;
     query_held_its_lag: "query-truth" in "swarm" by QueryNotHeld, within 20;
     enqueue_by_content: "enqueue-once" in "swarm" by Calls("enqueue keyed by its content", enqueue_keyed_by_content), within 40;
     enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
@@ -651,6 +680,7 @@ fitness! {
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
     start_margin: "keepalive" in "swarm" by LateClaimsStartedAsThey {}, within 20;
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
+    permit_given_back: "no-permit-leak" in "swarm" by Calls("claims one permit short", claims_one_short), within 10;
     testimony: "testimony" in "c-workflows" by SilentReleases, within 40;
     claim_progress: "claim-progress" in "a-index-builds" by Drift("idle poll of a minute", |c| c.idle_poll_ms = 60_000), within 20;
     expired_lease_recovery: "expired-lease-recovery" in "a-index-builds" by Drift("recovery every 5 minutes", |c| c.recovery_interval_ms = 300_000), within 60;

@@ -14,7 +14,9 @@
 //! completion that already committed, from the same attempt, owes the
 //! callback whatever the store answered it, when the engine promises
 //! idempotent outcome writes (`Promises::outcome_idempotent`): the retry is
-//! how an attempt whose first answer was lost learns its fate.
+//! how an attempt whose first answer was lost learns its fate. The same
+//! holds for every statement a retried completion transaction sends before
+//! the completion (a stage task's stage-link statement).
 
 use super::{answer, fact, Checker, Ctx, Violation};
 use crate::outcome_kept::retryable;
@@ -112,10 +114,17 @@ impl Checker for CallbackKept {
             _ => {}
         }
         let Some(a) = answer(rec, ctx) else { return };
-        let Op::Complete { fence } = a.request.request.statement() else { return };
-        let fence = *fence;
+        // A stage task's completion transaction opens with clearing its
+        // stage link: that statement is the first an attempt retrying the
+        // transaction after a lost COMMIT answer sends, so its answer tells
+        // the attempt its fate as much as the completion's would.
+        let (fence, completion) = match a.request.request.statement() {
+            Op::Complete { fence } => (*fence, true),
+            Op::ClearStageLink { fence } => (*fence, false),
+            _ => return,
+        };
         match a.response {
-            Response::Applied { .. } => {
+            Response::Applied { .. } if completion => {
                 let done_now =
                     a.commit.tasks.iter().any(|c| c.after.id == fence.task && c.after.state == TaskState::Done);
                 if done_now || ctx.view.task(fence.task).is_some_and(|t| t.state() == TaskState::Done) {
@@ -205,6 +214,20 @@ mod tests {
         )
     }
 
+    /// As `retry_answered`, but the retry is a stage completion
+    /// transaction's first statement, clearing the stage link, answered
+    /// `response`.
+    fn stage_retry_answered(response: Response) -> H {
+        let clear = Op::ClearStageLink { fence: crate::testkit::fence(1, 1, o(1, 1)) };
+        body_ended().at(200).completed_as(Reply::Lost, 1, 1, o(1, 1)).at(400).answer(
+            Worker(o(1, 1)),
+            clear,
+            response,
+            vec![],
+            &[],
+        )
+    }
+
     fn without_idempotence() -> crate::Spec {
         let mut spec = crate::testkit::spec();
         spec.promises.outcome_idempotent = false;
@@ -244,6 +267,21 @@ mod tests {
             retry_answered(Response::Applied { retries: 0, retry_at_ms: None })
                 .at(410).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(5_000).heartbeat(o(1, 1)).build()
+            => PASS;
+        a_stage_link_retry_refused_after_the_commit_loses_the_callback:
+            stage_retry_answered(Response::Rejected { reason: Refusal::NotOwner })
+                .at(420).unpermit(o(1, 1), 1, 1).at(5_000).heartbeat(o(1, 1)).build()
+            => &[(NAME, Some(1))];
+        a_stage_link_retry_told_to_try_again_passes:
+            stage_retry_answered(Response::Rejected { reason: Refusal::TxnClosed })
+                .at(420).unpermit(o(1, 1), 1, 1).at(5_000).heartbeat(o(1, 1)).build()
+            => PASS;
+        a_stage_link_retry_applied_owes_nothing_until_the_completion_is_answered:
+            // The stage link's answer alone is not the completion's: the
+            // attempt goes on to the completion statement, whose answer is
+            // judged (here the attempt gives up before it is answered).
+            stage_retry_answered(Response::Applied { retries: 0, retry_at_ms: None })
+                .at(420).unpermit(o(1, 1), 1, 1).at(5_000).heartbeat(o(1, 1)).build()
             => PASS;
         a_callback_due_after_the_end_is_not_judged:
             completed(false).at(600).heartbeat(o(1, 1)).build() => PASS;

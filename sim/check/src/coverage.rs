@@ -16,6 +16,7 @@ use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskError;
 use leasesim_vocab::task::{TaskKind, TaskState};
+use leasesim_vocab::testimony::Event;
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Reply, Sender};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -111,6 +112,7 @@ points! {
     ROLLBACK_FIRST = "rollback-before-first-statement": "a transaction's ROLLBACK reached the store before any statement of it (the late statements must find it ended)";
     COMPLETION_RETRIED = "completion-retried-after-commit": "an attempt sent its completion again after it had committed (its first answer lost), and the retry was answered";
     QUERY_HELD_LONG = "query-held-past-rpc-deadline": "an index query was held at the store longer than one RPC deadline before its answer: its client had to wait past one";
+    PERMIT_UNSTARTED = "permit-returned-unstarted": "a worker gave back the permit of an attempt whose body never started (its claim answer came after the lease had run out)";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -148,6 +150,7 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         "expired-lease-locked" => caps.transactions && caps.leases,
         "duplicate-write-absorbed" => caps.redelivery,
         "completion-retried-after-commit" => caps.outcome_answers,
+        "permit-returned-unstarted" => caps.permits,
         "queued-task-behind-running-one" => caps.named_queues,
         _ => true,
     }
@@ -259,6 +262,12 @@ impl Coverage {
                 ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
             if holds && !self.killed_by_fault.remove(&owner.proc) {
                 self.hit(EXIT_HOLDING);
+            }
+        }
+        if let Entry::Engine(Event::PermitReleased { owner, task, attempt }) = &rec.entry {
+            let fence = Fence { task: *task, attempt: *attempt, owner: *owner };
+            if self.open(PERMIT_UNSTARTED) && !ctx.view.bodies.contains_key(&fence) {
+                self.hit(PERMIT_UNSTARTED);
             }
         }
         if let Entry::World(WorldEvent::Fault { detail, .. }) = &rec.entry {
@@ -720,6 +729,13 @@ mod tests {
                 h.build()
             }
             => [CONFLICT_RETRIED, RETRIES_EXHAUSTED];
+        an_attempt_given_up_before_its_start:
+            // Its claim answer came too late: the permit goes back unused.
+            H::new().up(o(1, 1)).created(1, TaskKind::WorkflowTask)
+                .at(10).grant(1, 1, o(1, 1))
+                .at(3_500).permit(o(1, 1), 1, 1).unpermit(o(1, 1), 1, 1)
+                .build()
+            => [PERMIT_UNSTARTED];
     }
 
     /// The aims of a history, as (point, kind, proc, at, for, anchor).

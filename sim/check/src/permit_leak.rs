@@ -4,15 +4,25 @@
 //! body returned; a permit is never given back while its body still runs,
 //! and no body runs without one.
 //!
+//! The other half: a permit the worker says it gave back is free again. An
+//! engine that promises its claims fill every free permit
+//! (`Promises::claim_fills_free_permits`) asks, in each claim, for as many
+//! tasks as it says it has permits free, up to `claim_batch_max`; a claim
+//! that asks for fewer shows a permit said to be released and never
+//! returned (the worker would run fewer and fewer tasks, and then none).
+//!
 //! The permits are the engine's testimony (`PermitAcquired` /
-//! `PermitReleased`); the body's start and end come from the task-body seam.
+//! `PermitReleased`); the body's start and end come from the task-body seam,
+//! a claim's size from the store seam (as it arrived, at most one hop after
+//! it was sent).
 
 use super::{fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, TaskId};
+use leasesim_vocab::op::Op;
 use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::testimony::Event;
-use leasesim_vocab::truth::Fact;
+use leasesim_vocab::truth::{Fact, Sender, HOP_MAX_MS};
 use std::collections::BTreeMap;
 
 pub const NAME: &str = "no-permit-leak";
@@ -28,6 +38,10 @@ struct Held {
 #[derive(Default)]
 pub struct PermitLeak {
     held: BTreeMap<(Owner, TaskId, u32), Held>,
+    /// Per owner, when it said it released a permit in the last hop and how
+    /// many it held just before: a claim arriving now was sent at most a
+    /// hop earlier, holding at most the most of these.
+    released: BTreeMap<Owner, Vec<(u64, u32)>>,
     evaluations: u64,
 }
 
@@ -74,6 +88,45 @@ impl PermitLeak {
     fn held_now(&self, owner: Owner) -> u32 {
         self.held.keys().filter(|(o, _, _)| *o == owner).count() as u32
     }
+
+    fn note_release(&mut self, owner: Owner, now: u64) {
+        let held_before = self.held_now(owner);
+        let recent = self.released.entry(owner).or_default();
+        recent.retain(|&(at_ms, _)| at_ms + HOP_MAX_MS >= now);
+        recent.push((now, held_before));
+    }
+
+    /// A claim of `owner` for `max` tasks arrived at `now`: did it ask for
+    /// every permit the owner said it had free when it sent it?
+    fn judge_claim(&mut self, owner: Owner, max: u32, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        let cfg = ctx.promises();
+        let sent_ms = now.saturating_sub(HOP_MAX_MS);
+        // A pause on the way stretches the trip; a killed sender's claim
+        // speaks for nobody.
+        if !cfg.claim_fills_free_permits
+            || ctx.view.killed(owner).is_some()
+            || ctx.view.paused_between(owner.proc, sent_ms, now)
+        {
+            return;
+        }
+        self.evaluations += 1;
+        // Between the send and now the owner only gave permits back (it
+        // takes new ones from this claim's answer), so it held at most the
+        // most it held at a release since `sent_ms`, or what it holds now.
+        let recent = self.released.get(&owner).into_iter().flatten();
+        let held_before = recent.filter(|&&(at_ms, _)| at_ms >= sent_ms).map(|&(_, held)| held).max();
+        let held = held_before.unwrap_or(0).max(self.held_now(owner));
+        let owed = cfg.concurrency.saturating_sub(held).min(cfg.claim_batch_max);
+        if max >= owed {
+            return;
+        }
+        let message = format!(
+            "a claim of {owner} at {now} ms asks for {max} tasks, but it said it held at most {held} of its {} permits \
+             (claim_batch_max {}): fewer than it says are free (a permit given back but not returned, or fewer permits than its concurrency)",
+            cfg.concurrency, cfg.claim_batch_max
+        );
+        out.push(Violation::new(NAME, now, message).process(owner));
+    }
 }
 
 impl Checker for PermitLeak {
@@ -82,7 +135,7 @@ impl Checker for PermitLeak {
     }
 
     fn about(&self) -> &'static str {
-        "worker testimony, cross-checked at the body seam: permits never exceed concurrency, come back within the finalize deadline + slack after the body returns, and are held while it runs"
+        "worker testimony, cross-checked at the body and store seams: permits never exceed concurrency, come back within the finalize deadline + slack after the body returns, are held while it runs, and a permit given back is asked for again by the next claim"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -128,15 +181,23 @@ impl Checker for PermitLeak {
                         .fence(&fence),
                     );
                 }
+                self.note_release(*owner, now);
                 self.held.remove(&(*owner, *task, *attempt));
             }
             Entry::World(WorldEvent::ProcessKilled { owner }) => {
                 // Its permits vanish with it; no release will come.
                 self.held.retain(|(o, _, _), _| o != owner);
+                self.released.remove(owner);
             }
             _ => {}
         }
         match fact(rec) {
+            Some(Fact::Arrived {
+                from: Sender::Worker(owner),
+                request: Op::Claim { max, .. },
+                duplicate: false,
+                ..
+            }) => self.judge_claim(*owner, *max, now, ctx, out),
             Some(Fact::BodyEnded { fence, .. }) => {
                 if let Some(held) = self.held.get_mut(&(fence.owner, fence.task, fence.attempt)) {
                     held.finished_ms.get_or_insert(now);
@@ -181,7 +242,9 @@ impl Checker for PermitLeak {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::Op;
     use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::truth::{Sender, HOP_MAX_MS};
 
     /// t1 granted to p1.1 at 10 ms with its permit; its body runs 10..100 ms.
     fn held() -> H {
@@ -240,5 +303,74 @@ mod tests {
                 .completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(9_000).end().build()
             => PASS;
+    }
+
+    /// The cases' spec, with the promise that claims fill every free permit.
+    fn filling() -> crate::Spec {
+        let mut spec = crate::testkit::spec();
+        spec.promises.claim_fills_free_permits = true;
+        spec
+    }
+
+    /// t1 granted to p1.1 at 10 ms by a claim for both its permits; the
+    /// body runs 10..100 ms, the attempt completes and gives its permit back
+    /// at 200 ms; p1.1 then claims `max` tasks, arriving at `arrives_ms`
+    /// (if `paused`, its process paused on the way, 5..1 ms before).
+    fn claims_after_a_release(max: u32, arrives_ms: u64, paused: bool) -> H {
+        let h = H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .granted_asking(2, 1, 1, o(1, 1), None)
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(100)
+            .finished(1, 1, o(1, 1), true)
+            .at(200)
+            .completed(1, 1, o(1, 1))
+            .callback(1, 1, o(1, 1))
+            .unpermit(o(1, 1), 1, 1);
+        let h = if paused { h.at(arrives_ms - 5).paused(1).at(arrives_ms - 1).resumed(1) } else { h };
+        h.at(arrives_ms).arrive(Sender::Worker(o(1, 1)), claim(max)).0
+    }
+
+    fn claim(max: u32) -> Op {
+        Op::Claim { owner: o(1, 1), max, wait_ms: 0 }
+    }
+
+    #[test]
+    fn claims_fill_every_free_permit() {
+        let short: crate::testkit::Expect = &[(NAME, None)];
+        let table: [(&str, H, crate::testkit::Expect); 6] = [
+            // Both permits free again: the claim asks for both.
+            ("every free permit asked for", claims_after_a_release(2, 300, false), PASS),
+            // It said it gave its permit back, and asks for one task of two.
+            ("one returned permit not asked for", claims_after_a_release(1, 300, false), short),
+            // Within a hop of the release it may have been sent while the
+            // permit was still held.
+            ("sent before the release", claims_after_a_release(1, 200 + HOP_MAX_MS, false), PASS),
+            ("one hop and a millisecond after it", claims_after_a_release(1, 201 + HOP_MAX_MS, false), short),
+            // A pause on the way stretches the trip.
+            ("across a pause", claims_after_a_release(1, 300, true), PASS),
+            // One permit held, one free: one task asked for.
+            (
+                "the free permit asked for",
+                H::new()
+                    .up(o(1, 1))
+                    .created(1, TaskKind::Job)
+                    .at(10)
+                    .granted_asking(2, 1, 1, o(1, 1), None)
+                    .permit(o(1, 1), 1, 1)
+                    .started(1, 1, o(1, 1))
+                    .at(50)
+                    .arrive(Sender::Worker(o(1, 1)), claim(1))
+                    .0,
+                PASS,
+            ),
+        ];
+        for (name, history, expect) in table {
+            let history = history.at(5_000).end().build();
+            crate::testkit::run_case_in(name, &filling(), history, expect);
+        }
     }
 }

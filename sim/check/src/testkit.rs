@@ -63,6 +63,9 @@ pub fn promises() -> Promises {
         }),
         outcome_retry: true,
         outcome_idempotent: true,
+        // The cases' claims ask for one task each (whatever is free): the
+        // rule is judged in its own cases, with this promise made.
+        claim_fills_free_permits: false,
     }
 }
 
@@ -440,13 +443,17 @@ impl H {
     /// The store grants `task` to attempt `attempt` of `owner`, with a lease
     /// until `expiry` (`None`: heartbeat-owned).
     pub fn granted(self, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
+        self.granted_asking(1, task, attempt, owner, expiry)
+    }
+    /// As `granted`, the claim asking for `max` tasks.
+    pub fn granted_asking(self, max: u32, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
         let f = fence(task, attempt, owner);
         let kind = self.row(task).spec.kind;
         let retry_at_ms = self.row(task).retry_at_ms;
         let grant = Grant { fence: f, kind, lease_expiry_ms: expiry };
         self.answer(
             Sender::Worker(owner),
-            Op::Claim { owner, max: 1, wait_ms: 0 },
+            Op::Claim { owner, max, wait_ms: 0 },
             Response::Claimed { grants: vec![grant] },
             vec![Event::LeaseGranted { fence: f, kind, lease_expiry_ms: expiry, retry_at_ms }],
             &[(task, &|t: &mut Row| {

@@ -95,6 +95,11 @@ pub struct Promises {
     /// answer was lost, still learns its completion committed and reports
     /// it)? `false`: how such a retry is answered is not judged.
     pub outcome_idempotent: bool,
+    /// Does a worker's claim ask for every permit it holds free, up to
+    /// `claim_batch_max` (so a permit it says it gave back is free again)?
+    /// `false`: how little a claim asks for is not judged.
+    #[serde(default)]
+    pub claim_fills_free_permits: bool,
 }
 
 /// The client's retry promise for one enqueue call: it sends up to `sends`

@@ -182,6 +182,12 @@ pub enum ClientAnswer {
     },
 }
 
+/// The shortest and longest one-way trip between a process and the store
+/// over the harness's store link, in the sender's running time (a process
+/// paused on the way resumes the trip where it stopped).
+pub const HOP_MIN_MS: u64 = 1;
+pub const HOP_MAX_MS: u64 = 10;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "fact", rename_all = "kebab-case")]
 pub enum Fact {

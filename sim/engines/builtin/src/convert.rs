@@ -331,5 +331,9 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // The store remembers which attempt completed a task and answers
         // that attempt's retry as applied (store/mod.rs).
         outcome_idempotent: true,
+        // The claim loop takes the first free permit and then every other
+        // free one up to the batch size, and claims that many
+        // (worker/claim_loop.rs).
+        claim_fills_free_permits: true,
     }
 }

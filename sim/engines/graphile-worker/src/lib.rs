@@ -121,6 +121,9 @@ impl Engine for Graphile {
             // No retry is sent (above), and complete_job of a job already
             // completed (deleted) is not an answer graphile promises.
             outcome_idempotent: false,
+            // Each of `concurrency` loops fetches one job at a time; no
+            // permits are reported to hold a claim's size against.
+            claim_fills_free_permits: false,
         }
     }
 

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// The shortest and longest one-way trip between a process and the store.
-pub const HOP_MIN_MS: u64 = 1;
-pub const HOP_MAX_MS: u64 = 10;
+/// The shortest and longest one-way trip between a process and the store,
+/// declared with the seams' vocabulary: the checkers bound a request's
+/// transit by them.
+pub use leasesim_vocab::truth::{HOP_MAX_MS, HOP_MIN_MS};
 
 /// A request on its way into the store process.
 pub struct Envelope<E: EngineUnderTest> {
