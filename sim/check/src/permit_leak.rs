@@ -312,18 +312,24 @@ mod tests {
         spec
     }
 
-    /// t1 granted to p1.1 at 10 ms by a claim for both its permits; the
-    /// body runs 10..100 ms, the attempt completes and gives its permit back
-    /// at 200 ms; p1.1 then claims `max` tasks, arriving at `arrives_ms`
-    /// (if `paused`, its process paused on the way, 5..1 ms before).
-    fn claims_after_a_release(max: u32, arrives_ms: u64, paused: bool) -> H {
-        let h = H::new()
+    /// t1 granted to p1.1 at 10 ms by a claim for both its permits; its
+    /// body starts then.
+    fn running() -> H {
+        H::new()
             .up(o(1, 1))
             .created(1, TaskKind::Job)
             .at(10)
             .granted_asking(2, 1, 1, o(1, 1), None)
             .permit(o(1, 1), 1, 1)
             .started(1, 1, o(1, 1))
+    }
+
+    /// `running`; the body returns at 100 ms, the attempt completes and
+    /// gives its permit back at 200 ms; p1.1 then claims `max` tasks,
+    /// arriving at `arrives_ms` (if `paused`, its process paused on the way,
+    /// 5..1 ms before).
+    fn claims_after_a_release(max: u32, arrives_ms: u64, paused: bool) -> H {
+        let h = running()
             .at(100)
             .finished(1, 1, o(1, 1), true)
             .at(200)
@@ -353,20 +359,7 @@ mod tests {
             // A pause on the way stretches the trip.
             ("across a pause", claims_after_a_release(1, 300, true), PASS),
             // One permit held, one free: one task asked for.
-            (
-                "the free permit asked for",
-                H::new()
-                    .up(o(1, 1))
-                    .created(1, TaskKind::Job)
-                    .at(10)
-                    .granted_asking(2, 1, 1, o(1, 1), None)
-                    .permit(o(1, 1), 1, 1)
-                    .started(1, 1, o(1, 1))
-                    .at(50)
-                    .arrive(Sender::Worker(o(1, 1)), claim(1))
-                    .0,
-                PASS,
-            ),
+            ("the free permit asked for", running().at(50).arrive(Sender::Worker(o(1, 1)), claim(1)).0, PASS),
         ];
         for (name, history, expect) in table {
             let history = history.at(5_000).end().build();
