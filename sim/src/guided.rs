@@ -278,6 +278,7 @@ mod mutation_tests {
             anchor: Anchor::End,
             ..pause.clone()
         };
+        let both = Aim { anchor: Anchor::Both, ..pause.clone() };
         for _ in 0..50 {
             let paused = aim(&plan, &pause, &mut rng, &s).expect("inside the phase");
             paused.validate(s.topology.workers, s.phases.fault_phase_ms).expect("an aimed plan is valid");
@@ -289,6 +290,10 @@ mod mutation_tests {
             let stalled = aim(&plan, &stall, &mut rng, &s).expect("inside the phase");
             let e = stalled.events.iter().find(|e| !plan.events.contains(e)).expect("one event added");
             assert_eq!((e.kind, e.at_ms + e.for_ms), (FaultKind::StoreStall, 24_000), "the stall ends at the aim");
+            let held = aim(&plan, &both, &mut rng, &s).expect("inside the phase");
+            let e = held.events.iter().find(|e| !plan.events.contains(e)).expect("one event added");
+            assert_eq!((e.kind, e.at_ms), (FaultKind::ProcessPause, 50_000), "the pause starts at the aim");
+            assert!((10_000..11_000).contains(&e.for_ms), "and ends within a tenth after it: {}", e.for_ms);
         }
         let late = Aim { at_ms: s.phases.fault_phase_ms, ..pause };
         assert_eq!(aim(&plan, &late, &mut rng, &s), None, "past the fault phase");

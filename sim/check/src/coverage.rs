@@ -222,10 +222,15 @@ impl Coverage {
             }
             // A statement of an open transaction on a leased row: its owner
             // paused right after it keeps the transaction open past the
-            // lease's expiry.
+            // lease's expiry, if the lease runs out before the store ends
+            // the transaction (a lease that outlasts `txn_timeout_ms` from
+            // the transaction's first statement never meets its lock).
             let in_txn = matches!(request, Op::Exec { commit: false, .. });
+            let opened_ms = request.txn().and_then(|t| ctx.view.txns.get(&t)).map_or(now, |t| t.opened_ms);
+            let ends_ms = opened_ms + ctx.view.txn_timeout_ms;
             let row = fence.and_then(|f| ctx.view.task(f.task).filter(|t| t.held_by(f)).map(|t| (f, &t.row)));
-            if let Some((f, expiry_ms)) = row.and_then(|(f, r)| r.lease_expiry_ms.map(|e| (f, e))).filter(|_| in_txn) {
+            let expiring = row.and_then(|(f, r)| r.lease_expiry_ms.map(|e| (f, e))).filter(|(_, e)| e + 500 < ends_ms);
+            if let Some((f, expiry_ms)) = expiring.filter(|_| in_txn) {
                 let window = (now + 1, expiry_ms.saturating_sub(now) + 3_000);
                 self.aim(EXPIRED_LOCKED, FaultKind::ProcessPause, Some(f.owner.proc), window, Anchor::Start);
             }
@@ -333,13 +338,38 @@ impl Coverage {
 
     /// A failed task will be tried again: bodies that keep failing on write
     /// conflicts from now on spend its budget.
-    fn aim_exhaustion(&mut self, now: u64, ctx: &Ctx) {
+    ///
+    /// The window covers what is left of the budget: each retry's backoff
+    /// (the policy's, so doubling backoffs are not cut off halfway) and an
+    /// attempt's round trips and body after it.
+    fn aim_exhaustion(&mut self, now: u64, retries: u32, ctx: &Ctx) {
         let cfg = ctx.promises();
-        let budget_ms = (cfg.max_retries as u64 + 1) * (cfg.rpc_timeout_ms + 5_000);
+        let attempt_ms = cfg.rpc_timeout_ms + 5_000;
+        let budget_ms: u64 =
+            (retries..=cfg.max_retries).map(|r| promise::backoff_ms(cfg, r.max(1)).saturating_add(attempt_ms)).sum();
         let before = self.aims.len();
-        self.aim(RETRIES_EXHAUSTED, FaultKind::WriteConflict, None, (now, budget_ms.min(120_000)), Anchor::Start);
+        self.aim(RETRIES_EXHAUSTED, FaultKind::WriteConflict, None, (now, budget_ms.min(300_000)), Anchor::Start);
         if let Some(aim) = self.aims.get_mut(before) {
             aim.rate_permille = Some(900);
+        }
+    }
+
+    /// A claim answer held up (its owner paused from the grant) into its
+    /// lease's renewal margin: the attempt must confirm its lease before it
+    /// starts. Held up past the expiry: it must give its permit back unused.
+    fn aim_late_answer(&mut self, now: u64, fence: Fence, expiry_ms: u64, kind: TaskKind, ctx: &Ctx) {
+        let proc = Some(fence.owner.proc);
+        let ttl_ms = expiry_ms.saturating_sub(now);
+        // A margin of a round trip or less leaves no time to confirm in.
+        let margin = promise::renew_margin_ms(ctx.promises(), kind).filter(|m| *m >= 2_000 && *m < ttl_ms);
+        if let Some(margin_ms) = margin {
+            let window = (now, ttl_ms - margin_ms / 2);
+            self.aim(LEASE_CONFIRMED, FaultKind::ProcessPause, proc, window, Anchor::Both);
+        }
+        // Pauses past a minute are more than most scenarios allow
+        // (`faults.max_pause_ms`): the shortest leases are the ones to aim at.
+        if ttl_ms <= 60_000 {
+            self.aim(PERMIT_UNSTARTED, FaultKind::ProcessPause, proc, (now, ttl_ms + 1_000), Anchor::Both);
         }
     }
 
@@ -425,12 +455,14 @@ impl Coverage {
                     self.hit(LEASE_CHECK_AFTER_EXPIRY);
                 }
                 // A check in time: its owner paused just before sending it,
-                // past the expiry, sends it after.
+                // until just past the expiry, sends it after. Both edges
+                // matter: a pause that ends much later meets the lease
+                // reclaimed by a repair pass (every few seconds).
                 if let Some(expiry_ms) = row.filter(|r| held_by(r, fence)).and_then(|r| r.lease_expiry_ms) {
                     let sent_ms = a.request.arrived_ms.saturating_sub(20);
-                    let window = (sent_ms, expiry_ms.saturating_sub(sent_ms) + 1_000);
+                    let window = (sent_ms, expiry_ms.saturating_sub(sent_ms) + 200);
                     let proc = Some(fence.owner.proc);
-                    self.aim(LEASE_CHECK_AFTER_EXPIRY, FaultKind::ProcessPause, proc, window, Anchor::Start);
+                    self.aim(LEASE_CHECK_AFTER_EXPIRY, FaultKind::ProcessPause, proc, window, Anchor::Both);
                 }
             }
             Op::Rollback { txn } if !v.txns.contains_key(txn) && !v.txn_ended.contains(txn) => self.hit(ROLLBACK_FIRST),
@@ -495,6 +527,9 @@ impl Coverage {
                 }
             }
             if let Some(fence) = granted(change) {
+                if let Some(expiry_ms) = after.lease_expiry_ms {
+                    self.aim_late_answer(now, fence, expiry_ms, after.spec.kind, ctx);
+                }
                 if after.lease_expiry_ms.is_none() && cfg.dead_after_ms < u64::MAX / 8 {
                     // Paused past the dead timeout and a cleanup pass, its
                     // owner comes back to find the task released as dead.
@@ -535,7 +570,7 @@ impl Coverage {
             }
             if after.state == TaskState::Ready && error.is_some() && after.retries <= cfg.max_retries {
                 // Every later attempt fails too: its budget runs out.
-                self.aim_exhaustion(now, ctx);
+                self.aim_exhaustion(now, after.retries, ctx);
             }
         }
     }
@@ -760,22 +795,35 @@ mod tests {
             .lease_checked(1, 1, o(1, 1), true)
     }
 
+    /// The aim of t1's grant at 10 ms (a 3 s lease): a pause of its owner
+    /// from the grant to a second past the expiry, so that the claim
+    /// answer comes too late to start the body.
+    fn answer_past_expiry() -> (String, FaultKind, Option<u32>, u64, u64, Anchor) {
+        (PERMIT_UNSTARTED.name().to_string(), FaultKind::ProcessPause, Some(1), 10, 4_000, Anchor::Both)
+    }
+
     /// A lease check that came in time (t1's lease runs to 3010 ms, the
     /// check arrives at 1000 ms) suggests a pause of its owner from just
-    /// before it was sent until a second past the expiry; the body's
-    /// grant and the check are all it saw, so that is the one aim.
+    /// before it was sent until 200 ms past the expiry; beside it, the
+    /// grant's own aim (its 1 s renewal margin is too short to aim into).
     #[test]
     fn a_lease_check_in_time_aims_a_pause_across_the_expiry() {
         let h = checked_in_time().completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1).build();
-        let want = vec![(
-            LEASE_CHECK_AFTER_EXPIRY.name().to_string(),
-            FaultKind::ProcessPause,
-            Some(1),
-            980,
-            3_030,
-            Anchor::Start,
-        )];
-        assert_eq!(aims(h), want);
+        let check =
+            (LEASE_CHECK_AFTER_EXPIRY.name().to_string(), FaultKind::ProcessPause, Some(1), 980, 2_230, Anchor::Both);
+        assert_eq!(aims(h), vec![answer_past_expiry(), check]);
+    }
+
+    /// A grant of a 6 s lease (an activity, renewal margin 2 s) suggests
+    /// pausing its owner from the grant into the margin (until 1 s before
+    /// the expiry: the body must confirm its lease first) and past the
+    /// expiry (the permit must go back unused).
+    #[test]
+    fn a_grant_aims_its_answer_into_the_margin_and_past_the_expiry() {
+        let h = H::new().up(o(1, 1)).created(1, TaskKind::Activity).at(10).grant(1, 1, o(1, 1)).build();
+        let margin = (LEASE_CONFIRMED.name().to_string(), FaultKind::ProcessPause, Some(1), 10, 5_000, Anchor::Both);
+        let expiry = (PERMIT_UNSTARTED.name().to_string(), FaultKind::ProcessPause, Some(1), 10, 7_000, Anchor::Both);
+        assert_eq!(aims(h), vec![margin, expiry]);
     }
 
     /// A heartbeat-owned grant suggests pausing its owner past the dead
@@ -793,7 +841,7 @@ mod tests {
     #[test]
     fn a_reached_point_keeps_no_aims() {
         let h = checked_in_time().at(3_100).lease_checked(1, 1, o(1, 1), true).build();
-        assert_eq!(aims(h), vec![]);
+        assert_eq!(aims(h), vec![answer_past_expiry()]);
     }
 
     #[test]

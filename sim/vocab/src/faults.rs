@@ -159,6 +159,10 @@ pub enum Anchor {
     /// It must end at `at_ms + for_ms` (a stall that lets requests go at
     /// a lease's expiry).
     End,
+    /// Both edges matter: it starts at `at_ms` and ends a little (at most a
+    /// tenth of `for_ms`) after `at_ms + for_ms` (a pause from a grant that
+    /// must end inside its lease's renewal margin).
+    Both,
 }
 
 impl std::fmt::Display for FaultKind {

@@ -43,6 +43,7 @@ pub fn aim(plan: &FaultPlan, aim: &Aim, rng: &mut ChaCha8Rng, s: &Scenario) -> O
     let (at_ms, for_ms) = match aim.anchor {
         Anchor::Start => (aim.at_ms, aim.for_ms + stretch_ms),
         Anchor::End => (aim.at_ms.saturating_sub(stretch_ms), aim.for_ms + stretch_ms.min(aim.at_ms)),
+        Anchor::Both => (aim.at_ms, aim.for_ms + stretch_ms / 10),
     };
     (e.at_ms, e.for_ms, e.proc) = (at_ms, for_ms, aim.proc.or(e.proc));
     if let Some(permille) = aim.rate_permille {
