@@ -443,6 +443,18 @@ fn completion_always_applies(_: Option<Owner>, req: Request, send: Call) -> Answ
     })
 }
 
+/// A lease check's "not valid" is taken for "valid": the failure
+/// transaction goes on to write the failure.
+fn lease_check_always_valid(_: Option<Owner>, req: Request, send: Call) -> Answer {
+    let check = matches!(req.statement(), Request::LeaseValid { .. });
+    Box::pin(async move {
+        match send(req).await {
+            Ok(Response::Valid { valid: false }) if check => Ok(Response::Valid { valid: true }),
+            other => other,
+        }
+    })
+}
+
 /// The client sends an enqueue again when the first answer does not come
 /// within a second, under a fresh idempotency key.
 fn enqueue_rekeyed(from: Option<Owner>, req: Request, send: Call) -> Answer {
@@ -669,6 +681,7 @@ fitness! {
     repair_reclaims_expired: "store-reply" in "c-workflows" by RepairSkipsPasses::default(), within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;
     transaction_ended_stays_ended: "transactions" in "swarm" by ForgetsEarlyRollbacks::default(), within 60;
+    lease_check_guards: "transactions" in "swarm" by Calls("a lease check's 'not valid' taken as 'valid'", lease_check_always_valid), within 20;
     query_truth: "query-truth" in "a-index-builds" by QueryTrustsBuilds, within 20;
     single_flight: "single-flight-maintenance" in "a-index-builds" by Calls("maintenance call times out", maintenance_times_out), within 60;
     reconciliation: "reconciliation" in "c-workflows" by Sweeper, within 40;

@@ -17,7 +17,16 @@
 //!   statement of a transaction it ended (COMMIT or ROLLBACK sent), and
 //!   before it starts another transaction for the same attempt it ends the
 //!   one it gave up on (an abandoned transaction keeps its row locks until
-//!   the store times it out).
+//!   the store times it out). Nor does it go on with a transaction after
+//!   the store told it, in that transaction, that the attempt's lease is
+//!   not valid (a lease check guards what follows it: a failure written
+//!   anyway spends a retry of a task the attempt no longer holds, or of an
+//!   expired lease not yet reclaimed); a rollback is the way out. Judged
+//!   for a statement sent after the answer left the store: a client that
+//!   waits for each statement's answer (both engines here do; graphile
+//!   sends no lease checks) sent it knowing the answer. (Requiring a
+//!   whole hop after it would miss the engine that reacts at once: its
+//!   rollback, or its write, leaves a few milliseconds after the answer.)
 //!
 //! The checker's model of open transactions and their locks is the view's
 //! (`View::txns`), rebuilt from the statements' answers.
@@ -27,6 +36,7 @@ use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::promise::Capabilities;
+use leasesim_vocab::truth::Reply;
 use leasesim_vocab::truth::{Commit, Fact, TxnSend};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +49,9 @@ pub struct Transactions {
     ended_by_client: BTreeSet<TxnId>,
     /// The latest transaction the client started for each attempt.
     latest_for: BTreeMap<Fence, TxnId>,
+    /// Transactions in which a lease check was answered "not valid", and
+    /// when the answer left the store.
+    told_invalid: BTreeMap<TxnId, u64>,
 }
 
 /// The task a fenced statement speaks for.
@@ -188,6 +201,20 @@ impl Transactions {
             self.ended_by_client.insert(txn);
         }
         let fence = fence?;
+        if let Some(told_ms) = self.told_invalid.get(&txn).filter(|&&t| now > t) {
+            return Some(
+                Violation::new(
+                    NAME,
+                    now,
+                    format!(
+                        "{} went on with {txn} for {fence} after the store told it at {told_ms} ms, in that transaction, \
+                         that the lease is not valid",
+                        txn.owner
+                    ),
+                )
+                .fence(&fence),
+            );
+        }
         let before = self.latest_for.insert(fence, txn).filter(|&t| t != txn)?;
         (!self.ended_by_client.contains(&before)).then(|| {
             Violation::new(
@@ -200,13 +227,26 @@ impl Transactions {
     }
 }
 
+impl Transactions {
+    /// A lease check of `txn` answered "not valid", sent back at once (a
+    /// copy delivered twice, or an answer held back, may not be the one its
+    /// sender went on from).
+    fn note_lease_check(&mut self, now: u64, a: &Answer, txn: TxnId) {
+        let invalid = matches!(a.request.request.statement(), Op::LeaseValid { .. })
+            && a.response == &(Response::Valid { valid: false });
+        if invalid && !a.request.duplicate && a.reply == Reply::Sent {
+            self.told_invalid.entry(txn).or_insert(now);
+        }
+    }
+}
+
 impl Checker for Transactions {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn about(&self) -> &'static str {
-        "store and network seams: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, a lock wait gives up only after txn_timeout_ms, and a client never reuses a transaction it ended nor moves on from one without ending it"
+        "store and network seams: a row an open transaction locked is changed and locked by nobody else until it ends, a commit changes only rows its statements locked, 'no longer open' is said only of a transaction that is not, a lock wait gives up only after txn_timeout_ms, and a client never reuses a transaction it ended, nor moves on from one without ending it, nor goes on with one after a lease check in it said 'not valid'"
     }
 
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -218,6 +258,7 @@ impl Checker for Transactions {
                 out.extend(self.isolation(now, a.commit, own, &who, ctx));
                 if let Some((txn, commit)) = a.request.txn {
                     out.extend(self.judge_statement(now, &a, txn, commit, ctx));
+                    self.note_lease_check(now, &a, txn);
                 }
                 out.extend(self.judge_lock_wait(now, &a, ctx));
             }
@@ -318,6 +359,16 @@ mod tests {
         let txn = TxnId { owner: o(1, 1), seq };
         let f = task.map(|t| fence(t, 1, o(1, 1)));
         h.fact(leasesim_vocab::truth::Fact::TxnSent { from: o(1, 1), txn, fence: f, send })
+    }
+
+    /// t1's body (a 3 s lease from 10 ms) ends at 3000 ms and fails; its
+    /// failure transaction's lease check reaches the store at 3100 ms,
+    /// after the expiry, and is answered "not valid".
+    fn told_expired() -> H {
+        let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask).at(10);
+        let h = h.grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1)).at(3_000);
+        let h = sent(h.finished(1, 1, o(1, 1), false).at(3_090), 1, Some(1), TxnSend::Statement);
+        h.at(3_100).in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), false)
     }
 
     /// A statement of `by`'s that the harness has no concept for.
@@ -454,6 +505,18 @@ mod tests {
             => &[(NAME, Some(1))];
         a_transaction_rolled_back_before_the_next_try_passes:
             sent(sent(sent(sent(H::new().up(o(1, 1)), 1, Some(1), TxnSend::Statement), 1, None, TxnSend::Rollback), 2, Some(1), TxnSend::Statement), 2, Some(1), TxnSend::Commit).build()
+            => PASS;
+        a_failure_sent_after_its_lease_check_said_not_valid:
+            // t1's lease ran out at 3010 ms, not yet reclaimed: the check
+            // at 3100 ms says so, and p1.1 sends the failure anyway.
+            sent(told_expired().at(3_200), 1, Some(1), TxnSend::Commit).build()
+            => &[(NAME, Some(1))];
+        a_rollback_after_its_lease_check_said_not_valid_passes:
+            sent(told_expired().at(3_200), 1, None, TxnSend::Rollback).build()
+            => PASS;
+        a_statement_sent_as_the_answer_left_is_not_judged:
+            // (the same millisecond as the answer: sent before it arrived)
+            sent(told_expired(), 1, Some(1), TxnSend::Commit).build()
             => PASS;
         a_lock_wait_given_up_at_once:
             done(locked().at(400).answer(
