@@ -360,14 +360,16 @@ impl Coverage {
     fn aim_late_answer(&mut self, now: u64, fence: Fence, expiry_ms: u64, kind: TaskKind, ctx: &Ctx) {
         let proc = Some(fence.owner.proc);
         let ttl_ms = expiry_ms.saturating_sub(now);
-        // A margin of a round trip or less leaves no time to confirm in.
+        // A margin under 2 s leaves too little room for a pause to end
+        // inside it and a renewal to follow before the expiry.
         let margin = promise::renew_margin_ms(ctx.promises(), kind).filter(|m| *m >= 2_000 && *m < ttl_ms);
         if let Some(margin_ms) = margin {
             let window = (now, ttl_ms - margin_ms / 2);
             self.aim(LEASE_CONFIRMED, FaultKind::ProcessPause, proc, window, Anchor::Both);
         }
-        // Pauses past a minute are more than most scenarios allow
-        // (`faults.max_pause_ms`): the shortest leases are the ones to aim at.
+        // A longer lease needs a pause near `faults.max_pause_ms` (120 s by
+        // default), which clamps it short of the expiry: the shortest
+        // leases are the ones to aim at.
         if ttl_ms <= 60_000 {
             self.aim(PERMIT_UNSTARTED, FaultKind::ProcessPause, proc, (now, ttl_ms + 1_000), Anchor::Both);
         }

@@ -36,8 +36,7 @@ use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
 use leasesim_vocab::promise::Capabilities;
-use leasesim_vocab::truth::Reply;
-use leasesim_vocab::truth::{Commit, Fact, TxnSend};
+use leasesim_vocab::truth::{Commit, Fact, Reply, TxnSend};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const NAME: &str = "transactions";
@@ -225,9 +224,7 @@ impl Transactions {
             .fence(&fence)
         })
     }
-}
 
-impl Transactions {
     /// A lease check of `txn` answered "not valid", sent back at once (a
     /// copy delivered twice, or an answer held back, may not be the one its
     /// sender went on from).
