@@ -699,4 +699,6 @@ fitness! {
     expired_lease_recovery: "expired-lease-recovery" in "a-index-builds" by Drift("recovery every 5 minutes", |c| c.recovery_interval_ms = 300_000), within 60;
     materialization: "materialization" in "a-index-builds" by Calls("completions lost", loses_completions), within 20;
     eventual_completion: "eventual-completion" in "b-machines" by Calls("completions lost", loses_completions), within 20;
+    pass_cadence: "pass-cadence" in "c-workflows" by Drift("repair on the reclaim period", |c| c.repair_interval_ms = c.recovery_interval_ms), within 10;
+    maintenance_cadence: "pass-cadence" in "a-index-builds" by Drift("maintenance every minute", |c| c.maintenance_interval_ms = 60_000), within 10;
 }

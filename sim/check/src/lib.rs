@@ -18,6 +18,7 @@
 //! to the view; at the end each checker gets a last look at the final world.
 //! Only the first violation per (invariant, task) is kept.
 
+mod cadence;
 mod callback_kept;
 mod claim_progress;
 mod concurrency;
@@ -213,6 +214,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(lease_recovery::LeaseRecovery::default()),
         Box::new(materialization::Materialization::default()),
         Box::new(eventual_completion::EventualCompletion::default()),
+        Box::new(cadence::PassCadence::default()),
     ]
 }
 

@@ -66,6 +66,8 @@ pub fn promises() -> Promises {
         // The cases' claims ask for one task each (whatever is free): the
         // rule is judged in its own cases, with this promise made.
         claim_fills_free_permits: false,
+        // Judged in pass-cadence's own cases, under a spec that declares them.
+        cadences: Vec::new(),
     }
 }
 
@@ -810,11 +812,23 @@ fn every_checker_evaluates_a_plain_history() {
         .unpermit(p1, 5, 1)
         .attempt_ok(7_800, 5, 2, p1)
         .enqueue_given_up(3)
+        // Two repair passes on their cadence.
+        .at(8_000)
+        .answer(Sender::Worker(p1), Op::Repair { by: p1 }, Response::Released { tasks: 0 }, vec![], &[])
+        .at(11_000)
+        .answer(Sender::Worker(p1), Op::Repair { by: p1 }, Response::Released { tasks: 0 }, vec![], &[])
         .at(20_000)
         .heartbeat(p1)
         .end()
         .build();
-    let report = run_case("every_checker_evaluates_a_plain_history", history, PASS);
+    let mut spec = spec();
+    spec.promises.cadences = vec![leasesim_vocab::promise::Cadence {
+        pass: leasesim_vocab::promise::PassKind::Repair,
+        interval_ms: 10_000,
+        backoff_cap_ms: 10_000,
+        late_ms: 1_000,
+    }];
+    let report = run_case_in("every_checker_evaluates_a_plain_history", &spec, history, PASS);
     for (name, _) in super::invariants() {
         let n = report.checks.get(name).copied().unwrap_or(0);
         assert!(n > 0, "{name} never evaluated: {:?}", report.checks);

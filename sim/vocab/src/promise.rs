@@ -100,6 +100,63 @@ pub struct Promises {
     /// `false`: how little a claim asks for is not judged.
     #[serde(default)]
     pub claim_fills_free_permits: bool,
+    /// The passes every live process sends on a period (recovery, repair,
+    /// maintenance), each with how long it may wait between two passes.
+    #[serde(default)]
+    pub cadences: Vec<Cadence>,
+}
+
+/// A periodic pass, named by the request that starts it at the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PassKind {
+    ReleaseDead,
+    ReclaimExpired,
+    Repair,
+    /// A maintenance pass of this kind (a pipeline pass starts with its
+    /// snapshot and goes on until its stage enqueues end).
+    Maintain(MaintenanceKind),
+}
+
+impl PassKind {
+    /// The pass a request starts, and the process that sends it.
+    pub fn of(op: &crate::op::Op) -> Option<(crate::ids::Owner, PassKind)> {
+        use crate::op::Op;
+        match op {
+            Op::ReleaseDead { by } => Some((*by, PassKind::ReleaseDead)),
+            Op::ReclaimExpired { by } => Some((*by, PassKind::ReclaimExpired)),
+            Op::Repair { by } => Some((*by, PassKind::Repair)),
+            Op::Maintain { owner, kind, .. } => Some((*owner, PassKind::Maintain(*kind))),
+            Op::PipelineSnapshot { by } => Some((*by, PassKind::Maintain(MaintenanceKind::Pipeline))),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            PassKind::ReleaseDead => "release-dead".into(),
+            PassKind::ReclaimExpired => "reclaim-expired".into(),
+            PassKind::Repair => "repair".into(),
+            PassKind::Maintain(kind) => format!("{} maintenance", kind.name()),
+        }
+    }
+}
+
+/// How often a process sends one kind of pass: the next arrives at most
+/// `wait + late_ms` after the store answered the previous one. The wait is
+/// `interval_ms` after a pass the store did its work for; after the k-th
+/// failed pass in a row, `min(interval_ms * 2^(k-1), backoff_cap_ms)` from
+/// when the engine noticed the failure (at most `late_ms` after the
+/// answer). A pass that does not back off has `backoff_cap_ms ==
+/// interval_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cadence {
+    pub pass: PassKind,
+    pub interval_ms: u64,
+    pub backoff_cap_ms: u64,
+    /// The engine's own work around the wait: the answer's way back, the
+    /// rest of its tick, the loop round that starts the next pass.
+    pub late_ms: u64,
 }
 
 /// The client's retry promise for one enqueue call: it sends up to `sends`
@@ -175,6 +232,8 @@ pub struct Capabilities {
     pub fatal_errors: bool,
     /// The network may deliver a request twice (datagrams; not a connection).
     pub redelivery: bool,
+    /// Periodic passes on a declared cadence ([`Promises::cadences`]).
+    pub periodic_passes: bool,
 }
 
 impl Capabilities {
@@ -200,6 +259,7 @@ impl Capabilities {
         long_polls: true,
         fatal_errors: true,
         redelivery: true,
+        periodic_passes: true,
     };
 
     /// Every capability by name, for `cargo sim list` and messages.
@@ -225,6 +285,7 @@ impl Capabilities {
             ("long-polls", self.long_polls),
             ("fatal-errors", self.fatal_errors),
             ("redelivery", self.redelivery),
+            ("periodic-passes", self.periodic_passes),
         ]
     }
 }

@@ -335,5 +335,36 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // free one up to the batch size, and claims that many
         // (worker/claim_loop.rs).
         claim_fills_free_permits: true,
+        cadences: cadences(cfg),
     }
+}
+
+/// The periodic passes of worker/background.rs and worker/maintenance.rs.
+fn cadences(cfg: &config::EngineConfig) -> Vec<leasesim_vocab::promise::Cadence> {
+    use leasesim_vocab::promise::{Cadence, PassKind};
+    // Both hops of a round trip, and the scheduler's turns around them.
+    const HOPS_MS: u64 = 1_000;
+    // A background tick sleeps its period after its calls: a reclaim tick
+    // also waits for its orphan release (one call, at most an RPC deadline).
+    let tick = |pass, interval_ms, late_ms| Cadence { pass, interval_ms, backoff_cap_ms: interval_ms, late_ms };
+    let mut out = vec![
+        tick(PassKind::ReleaseDead, cfg.cleanup_interval_ms, HOPS_MS),
+        tick(PassKind::ReclaimExpired, cfg.recovery_interval_ms, cfg.rpc_timeout_ms + HOPS_MS),
+        tick(PassKind::Repair, cfg.repair_interval_ms, HOPS_MS),
+    ];
+    // A maintenance pass starts at the claim loop's first poll once it is
+    // due, and its end is seen at a poll too: one round is a wait for a
+    // permit (an idle poll), a claim (long poll + RPC deadline) and an
+    // idle sleep. A failure backs the kind off `interval * 2^(k-1)`, capped
+    // (config.rs, `maintenance_backoff_ms`).
+    let round_ms = 2 * cfg.idle_poll_ms + cfg.long_poll_ms + cfg.rpc_timeout_ms;
+    for kind in &cfg.maintenance {
+        out.push(Cadence {
+            pass: PassKind::Maintain(maintenance(*kind)),
+            interval_ms: cfg.maintenance_interval_ms,
+            backoff_cap_ms: cfg.maintenance_backoff_cap_ms,
+            late_ms: round_ms + HOPS_MS,
+        });
+    }
+    out
 }

@@ -124,6 +124,10 @@ impl Engine for Graphile {
             // Each of `concurrency` loops fetches one job at a time; no
             // permits are reported to hold a claim's size against.
             claim_fills_free_permits: false,
+            // The stale-job sweep (`ReleaseOwners`) runs on graphile's own
+            // schedule, which is not modelled here yet: no cadence is
+            // declared, and pass-cadence does not apply (`periodic_passes`).
+            cadences: Vec::new(),
         }
     }
 
@@ -152,6 +156,7 @@ impl Engine for Graphile {
             fatal_errors: false,
             // Statements travel on connections: never delivered twice.
             redelivery: false,
+            periodic_passes: false,
         }
     }
 
