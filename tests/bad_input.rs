@@ -257,6 +257,9 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--save", "/proc/leasesim-cannot-write"], "--save"),
         (vec!["replay", "/nonexistent/entry.toml"], "/nonexistent/entry.toml"),
         (vec!["shrink", "/nonexistent/entry.toml"], "/nonexistent/entry.toml"),
+        (vec!["bench", "judge", "--scenario", "all"], "judge profiles one scenario"),
+        (vec!["bench", "judge", "--seeds", "0"], "--seeds"),
+        (vec!["bench", "judge", "--repeats", "0"], "--repeats"),
     ];
     for (args, needle) in cases {
         let (code, _out, err) = leasesim(&args);

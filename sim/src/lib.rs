@@ -12,6 +12,7 @@ compile_error!("leasesim-sim needs `--cfg madsim`: set `[build] rustflags = [\"-
 
 pub mod api;
 pub mod bench;
+pub mod bench_judge;
 pub mod bench_suite;
 pub mod cli;
 pub mod corpus;

@@ -280,6 +280,59 @@ pub fn check(spec: &Spec, history: &[Record]) -> Report {
     Report { violations: sink.kept, checks, coverage, not_applicable, coverage_not_applicable, excused, aims }
 }
 
+/// One part of judgement, run alone over a history (the bench's profile of
+/// what each invariant costs: a part's time less the view's alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The shared view only (every part pays for it).
+    View,
+    /// The view and the checker at this index of `checkers()`.
+    Checker(usize),
+    /// The view and the coverage points.
+    Coverage,
+}
+
+/// What one part found: its violations (the first per task, as `check`
+/// keeps them) and the coverage points it reached.
+#[derive(Debug, Default)]
+pub struct PartRun {
+    pub violations: Vec<Violation>,
+    pub reached: BTreeSet<&'static str>,
+    /// Tasks the view ended with (so the view's work is not optimized away).
+    pub tasks: usize,
+}
+
+/// Runs `part` over `history` as `check` would. Every case asserts that the
+/// parts together find what `check` finds (testkit), so the bench's costs
+/// are the costs of the judgement a campaign runs.
+pub fn run_part(spec: &Spec, history: &[Record], part: Part) -> PartRun {
+    let mut ctx = Ctx { spec, view: View::new(spec) };
+    let mut checker = match part {
+        Part::Checker(i) => Some(checkers().swap_remove(i)),
+        _ => None,
+    };
+    let mut coverage = (part == Part::Coverage).then(coverage::Coverage::default);
+    let mut sink = Sink::default();
+    let mut found = Vec::new();
+    for rec in history {
+        if let Some(c) = checker.as_mut() {
+            c.on_record(rec, &ctx, &mut found);
+        }
+        if let Some(c) = coverage.as_mut() {
+            c.on_record(rec, &ctx);
+        }
+        sink.take(&mut found);
+        ctx.view.apply(rec);
+    }
+    let end_ms = history.last().map_or(0, |r| r.at_ms);
+    if let Some(c) = checker.as_mut() {
+        c.finish(end_ms, &ctx, &mut found);
+    }
+    sink.take(&mut found);
+    let reached = coverage.map(|c| c.reached()).unwrap_or_default();
+    PartRun { violations: sink.kept, reached, tasks: ctx.view.tasks.len() }
+}
+
 // ---------------------------------------------------------------------------
 // Reading ground truth
 // ---------------------------------------------------------------------------

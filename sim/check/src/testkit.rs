@@ -9,7 +9,7 @@
 //! after rows. Broken histories add lies with [`H::answer`], [`H::fact`] and
 //! [`H::ev`].
 
-use super::{check, Report, Spec};
+use super::{check, Report, Spec, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use leasesim_vocab::op::{Grant, Op, PeerNote, Refusal, Response};
@@ -127,7 +127,29 @@ pub fn run_case_in(name: &str, spec: &Spec, history: Vec<Record>, expect: Expect
         report.violations.iter().map(|v| (v.invariant.clone(), v.task)).collect();
     let want: BTreeSet<(String, Option<TaskId>)> = expect.iter().map(|(i, t)| (i.to_string(), *t)).collect();
     assert_eq!(got, want, "{name}: the violations differ from the expected ones:\n{:#?}", report.violations);
+    assert_parts_agree(name, spec, &history, &report);
     report
+}
+
+/// Judged part by part (`bench judge`'s profile), the history yields the
+/// same violations and coverage as judged whole.
+fn assert_parts_agree(name: &str, spec: &Spec, history: &[Record], report: &Report) {
+    let key = |v: &Violation| (v.invariant.clone(), v.task, v.at_ms, v.message.clone());
+    let mut whole: Vec<_> = report.violations.iter().map(key).collect();
+    let mut parts = Vec::new();
+    for (i, c) in crate::checkers().iter().enumerate() {
+        if !c.applies(&spec.caps) {
+            continue;
+        }
+        let run = crate::run_part(spec, history, crate::Part::Checker(i));
+        parts.extend(run.violations.iter().map(key));
+    }
+    whole.sort();
+    parts.sort();
+    assert_eq!(parts, whole, "{name}: judged part by part, the violations differ");
+    let reached = crate::run_part(spec, history, crate::Part::Coverage).reached;
+    let reached: BTreeSet<String> = reached.iter().map(|p| p.to_string()).collect();
+    assert_eq!(reached, report.coverage, "{name}: judged part by part, the coverage differs");
 }
 
 /// `cases! { name: history => expect; ... }` makes one test per case, each

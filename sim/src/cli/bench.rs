@@ -12,8 +12,9 @@ pub struct BenchArgs {
     /// reach the rarest coverage points, plain against guided) or `suite`
     /// (all of speed, phases, memory, scaling and time to find, as one table
     /// and a JSON file) or `compare` (this build against `--baseline`, side by
-    /// side). Example: bench suite
-    #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare"])]
+    /// side) or `judge` (what each checker and the coverage points cost per
+    /// seed, over the same histories). Example: bench suite
+    #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare", "judge"])]
     pub what: String,
     /// Throughput: the scenario. Example: --scenario swarm
     #[arg(long, default_value = "swarm")]
@@ -92,6 +93,7 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         "suite" => suite(&args, jobs),
         "throughput" => throughput(&args, jobs),
         "coverage" => coverage(&args, jobs),
+        "judge" => judge(&args),
         "compare" => {
             let baseline = args.baseline.as_deref().ok_or("--baseline: compare needs the other build's executable")?;
             let job_counts = if jobs == 1 { vec![1] } else { vec![1, jobs] };
@@ -127,6 +129,37 @@ fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
         );
     }
     println!("speed-up {} jobs / 1 job: {:.2}x", jobs, many.median_seeds_per_second / one.median_seeds_per_second);
+    Ok(0)
+}
+
+/// What each part of judgement costs per seed (`--seeds` default 20,
+/// `--repeats` default 5), costliest first.
+fn judge(args: &BenchArgs) -> Result<i32, String> {
+    let (seeds, repeats) = (args.seeds.unwrap_or(20), args.repeats.unwrap_or(5));
+    let mut targets = targets(&args.scenario)?;
+    if targets.len() != 1 {
+        return Err(format!("--scenario: judge profiles one scenario, not '{}'", args.scenario));
+    }
+    let target = targets.remove(0);
+    let p = crate::bench_judge::profile(&target, seeds, repeats);
+    if args.json {
+        println!("{}", serde_json::to_string(&p).expect("serializes"));
+        return Ok(0);
+    }
+    println!(
+        "{}: {} seeds, {:.0} records per seed; judgement {:.0} us per seed, of which the view alone {:.0} us ({:.1}%)",
+        p.scenario,
+        p.seeds,
+        p.records_per_seed,
+        p.whole_us_per_seed,
+        p.view_us_per_seed,
+        100.0 * p.view_us_per_seed / p.whole_us_per_seed.max(f64::MIN_POSITIVE)
+    );
+    println!("| part | us per seed | share of judgement |");
+    println!("|---|---|---|");
+    for c in &p.parts {
+        println!("| {} | {:.0} | {:.1}% |", c.part, c.us_per_seed, 100.0 * c.share);
+    }
     Ok(0)
 }
 
