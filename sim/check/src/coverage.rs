@@ -8,7 +8,7 @@
 //! a scenario may require some (`[coverage] require`).
 
 use super::view::held_by;
-use super::{answer, commit, fact, granted, lost_holder, promise, Ctx};
+use super::{answer, commit, fact, granted, lost_holder, promise, Ctx, ExpiryScan};
 use leasesim_vocab::faults::{Aim, Anchor, FaultKind};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
@@ -173,6 +173,10 @@ pub struct Coverage {
     handed_arrival: BTreeMap<Sender, u64>,
     /// Expiries already looked at, and finalizations already looked at.
     expiries: BTreeSet<(Fence, u64)>,
+    /// When the leases are next worth a look for one just expired.
+    expiry_scan: ExpiryScan,
+    /// The millisecond last looked at for an overdue maintenance pass.
+    overdue_looked_ms: Option<u64>,
     finalizations: BTreeSet<Fence>,
     /// Tasks whose last lease was released (not ended by an outcome), with
     /// the attempt that lost it.
@@ -282,6 +286,7 @@ impl Coverage {
                 self.killed_by_fault.insert(proc);
             }
         }
+        self.expiry_scan.note(rec);
     }
 
     /// Situations that hold at a moment rather than at one record.
@@ -297,7 +302,13 @@ impl Coverage {
         if self.open(FINALIZE_DEADLINE) || self.open(FULL_WITH_DUE) {
             self.owner_moments(now, ctx);
         }
+        // A pass becomes overdue by time alone: a request that arrives in
+        // this millisecond is not overdue in it (a positive interval), so
+        // the first record of each millisecond is the one to look at.
+        let first_of_ms = self.overdue_looked_ms != Some(now) || cfg.maintenance_interval_ms == 0;
+        self.overdue_looked_ms = Some(now);
         let overdue = self.open(MAINTENANCE_OVERDUE)
+            && first_of_ms
             && v.requests.values().any(|r| {
                 matches!(r.request, Op::Maintain { .. })
                     && r.answer.is_none()
@@ -383,17 +394,26 @@ impl Coverage {
     }
 
     fn expired_running(&mut self, now: u64, ctx: &Ctx) {
+        if !self.expiry_scan.due(now) {
+            return;
+        }
         let v = &ctx.view;
+        let mut next_ms = u64::MAX;
         for id in &v.leased {
             let Some(t) = v.task(*id) else { continue };
             let (Some(expiry), Some(owner)) = (t.row.lease_expiry_ms, t.row.owner) else { continue };
+            if expiry > now {
+                next_ms = next_ms.min(expiry);
+                continue;
+            }
             let fence = Fence { task: *id, attempt: t.row.attempt, owner };
-            let fresh = expiry <= now && self.expiries.insert((fence, expiry));
+            let fresh = self.expiries.insert((fence, expiry));
             let running = v.bodies.get(&fence).is_some_and(|b| b.ended_ms.is_none());
             if fresh && running && v.owner(owner).is_some_and(|o| o.alive()) {
                 self.hit(LEASE_EXPIRED_RUNNING);
             }
         }
+        self.expiry_scan.looked(next_ms);
     }
 
     fn owner_moments(&mut self, now: u64, ctx: &Ctx) {

@@ -14,7 +14,7 @@
 //! holds a task, and until it says it is leaving (deregisters): a worker
 //! still starting up, or shutting down, keeps nothing alive.
 
-use super::{promise, Checker, Ctx, Violation};
+use super::{promise, Checker, Ctx, ExpiryScan, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, Owner};
 use leasesim_vocab::op::Op;
@@ -35,6 +35,8 @@ pub struct Keepalive {
     renewals: BTreeMap<Fence, Vec<u64>>,
     /// Lease expiries already judged: (attempt, expiry).
     judged: BTreeSet<(Fence, u64)>,
+    /// When the leases are next worth a look.
+    expiries: ExpiryScan,
     /// Owners already reported for silence.
     silent: BTreeSet<Owner>,
     /// Owners whose heartbeat reached the store at least once.
@@ -43,6 +45,9 @@ pub struct Keepalive {
     left: BTreeSet<Owner>,
     /// The millisecond last judged.
     judged_ms: Option<u64>,
+    /// No worker can be silent too long before this moment (see
+    /// `judge_heartbeats`): heartbeats are judged again only after it.
+    heartbeats_due_ms: u64,
     evaluations: u64,
 }
 
@@ -69,15 +74,21 @@ impl Keepalive {
 
     /// Since when the worker could have been expected to reach the store:
     /// its start, its last resume or rejoin, its last heartbeat.
+    ///
+    /// A worker's `since` only moves forward while it is not paused or cut
+    /// off, and once it is back it is at least the moment it came back; a
+    /// worker that starts later starts its `since` then. So no worker can be
+    /// silent too long until the earliest `since + gap` of the workers
+    /// judged now (the moment itself plus `gap` for one paused or cut off
+    /// now), and the scan is skipped until then.
     fn judge_heartbeats(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        if now <= self.heartbeats_due_ms {
+            return;
+        }
         let gap = promise::heartbeat_gap_ms(ctx.promises()) + SLACK_MS;
+        let mut due_ms = now.saturating_add(gap);
         for (owner, o) in &ctx.view.owners {
             if !o.alive() || self.silent.contains(owner) || self.left.contains(owner) {
-                continue;
-            }
-            let holds =
-                || ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
-            if !self.announced.contains(owner) && !holds() {
                 continue;
             }
             let p = ctx.view.procs.get(&owner.proc);
@@ -90,6 +101,14 @@ impl Keepalive {
                 resumed.max(rejoined)
             });
             let since = self.heartbeat.get(owner).copied().unwrap_or(0).max(last_back).max(o.up_ms.unwrap_or(0));
+            // Counted whether or not it is judged now: a worker that starts
+            // holding a task later is judged from this same `since`.
+            due_ms = due_ms.min(since.saturating_add(gap));
+            let holds =
+                || ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
+            if !self.announced.contains(owner) && !holds() {
+                continue;
+            }
             self.evaluations += 1;
             if now > since + gap {
                 self.silent.insert(*owner);
@@ -107,15 +126,24 @@ impl Keepalive {
                 );
             }
         }
+        self.heartbeats_due_ms = due_ms;
     }
 
     fn judge_leases(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        if !self.expiries.due(now) {
+            return;
+        }
         let cfg = ctx.promises();
+        let mut next_ms = u64::MAX;
         for id in &ctx.view.leased {
             let Some(t) = ctx.view.task(*id) else { continue };
             let (Some(expiry), Some(owner)) = (t.row.lease_expiry_ms, t.row.owner) else { continue };
             let fence = Fence { task: *id, attempt: t.row.attempt, owner };
-            if expiry > now || !self.judged.insert((fence, expiry)) {
+            if expiry > now {
+                next_ms = next_ms.min(expiry);
+                continue;
+            }
+            if !self.judged.insert((fence, expiry)) {
                 continue;
             }
             let Some(margin) = promise::renew_margin_ms(cfg, t.kind()) else { continue };
@@ -150,6 +178,7 @@ impl Keepalive {
                 );
             }
         }
+        self.expiries.looked(next_ms);
     }
 }
 
@@ -209,6 +238,7 @@ impl Checker for Keepalive {
         }
         self.judge_start(now, rec, ctx, out);
         self.note(now, rec);
+        self.expiries.note(rec);
     }
 
     fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
@@ -306,6 +336,24 @@ mod tests {
             H::new().up(o(1, 1)).heartbeat(o(1, 1))
                 .at(30_000).fact(leasesim_vocab::truth::Fact::Arrived { req: 900, from: leasesim_vocab::truth::Sender::Worker(o(1, 1)), request: leasesim_vocab::op::Op::Deregister { owner: o(1, 1) }, duplicate: false })
                 .at(120_000).build()
+            => PASS;
+        // The scan of heartbeats is skipped until the earliest moment a
+        // worker can be late (heartbeat gap here: 111 s); these hold the
+        // skip to the moments a scan at every millisecond would report.
+        worker_granted_a_task_long_after_it_came_up:
+            H::new().up(o(1, 1)).created(2, TaskKind::Job)
+                .at(150_000).grant(2, 1, o(1, 1))
+                .at(150_010).heartbeat(o(1, 1)).build()
+            => &[(NAME, None)];
+        worker_silent_after_its_pause_ends:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1))
+                .at(50_000).paused(1).at(200_000).resumed(1)
+                .at(312_000).heartbeat(o(1, 1)).build()
+            => &[(NAME, None)];
+        worker_heartbeating_after_its_pause_ends_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1))
+                .at(50_000).paused(1).at(200_000).resumed(1)
+                .at(300_000).heartbeat(o(1, 1)).at(400_000).heartbeat(o(1, 1)).build()
             => PASS;
         silent_worker_holding_a_task_it_never_announced:
             H::new().up(o(1, 1)).created(2, TaskKind::Job).at(10).grant(2, 1, o(1, 1))

@@ -237,6 +237,10 @@ struct Sink {
 
 impl Sink {
     fn take(&mut self, found: &mut Vec<Violation>) {
+        // Almost every record finds nothing: skip the drain's setup then.
+        if found.is_empty() {
+            return;
+        }
         for v in found.drain(..) {
             if self.seen.insert((v.invariant.clone(), v.task)) {
                 self.kept.push(v);
@@ -331,6 +335,37 @@ pub fn run_part(spec: &Spec, history: &[Record], part: Part) -> PartRun {
     sink.take(&mut found);
     let reached = coverage.map(|c| c.reached()).unwrap_or_default();
     PartRun { violations: sink.kept, reached, tasks: ctx.view.tasks.len() }
+}
+
+/// When a look for leases that just expired can next find one. Checkers
+/// that act on each lease the first time they see it expired (at the first
+/// moment at or after its expiry) scan the leased tasks only then: until the
+/// earliest expiry still ahead, unless a commit changes a task row (a grant
+/// or renewal may bring an expiry nearer). The first sighting of every
+/// lease is at the same moment as with a scan at every record.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryScan {
+    due_ms: u64,
+}
+
+impl ExpiryScan {
+    /// Is a look due at `now`? (Call `looked` after it.)
+    pub(crate) fn due(&self, now: u64) -> bool {
+        now >= self.due_ms
+    }
+
+    /// A look at `now` saw `next_ms` as the earliest expiry after `now`.
+    pub(crate) fn looked(&mut self, next_ms: u64) {
+        self.due_ms = next_ms;
+    }
+
+    /// Every record passes here: a commit that changes task rows makes the
+    /// next record look again (the view applies it after this record).
+    pub(crate) fn note(&mut self, rec: &Record) {
+        if commit(rec).is_some_and(|c| !c.tasks.is_empty()) {
+            self.due_ms = 0;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

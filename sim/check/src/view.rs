@@ -258,8 +258,10 @@ pub struct View {
     pub materialized: BTreeMap<IndexId, (u64, Option<TaskId>)>,
     pub owners: BTreeMap<Owner, OwnerView>,
     pub procs: BTreeMap<ProcId, ProcView>,
-    /// Requests that reached the store and are not finished.
-    pub requests: BTreeMap<u64, RequestView>,
+    /// Requests that reached the store and are not finished. Boxed: a
+    /// request is large, and a map's inserts and removes move its values
+    /// (unboxed, those moves were the largest cost of judgement).
+    pub requests: BTreeMap<u64, Box<RequestView>>,
     /// Every body execution, by attempt.
     pub bodies: BTreeMap<Fence, BodyView>,
     /// Every grant the store committed: attempt -> commit time.
@@ -330,7 +332,7 @@ impl View {
     }
 
     pub fn request(&self, req: u64) -> Option<&RequestView> {
-        self.requests.get(&req)
+        self.requests.get(&req).map(|r| &**r)
     }
 
     pub fn paused_between(&self, proc: ProcId, from: u64, to: u64) -> bool {
@@ -447,6 +449,9 @@ impl View {
             return;
         }
         *newest = owner.incarnation;
+        if self.txns.is_empty() {
+            return;
+        }
         let gone: Vec<TxnId> = self
             .txns
             .keys()
@@ -589,7 +594,7 @@ impl View {
                     answer: None,
                     duplicate: *duplicate,
                 };
-                self.requests.insert(*req, view);
+                self.requests.insert(*req, Box::new(view));
             }
             Fact::Dropped { req } => {
                 self.requests.remove(req);
@@ -610,16 +615,17 @@ impl View {
                 // The store sees who claims when it takes the claim (a long
                 // poll is answered later).
                 if let Some(Op::Heartbeat { owner } | Op::Claim { owner, .. }) =
-                    self.requests.get(req).map(|r| r.request.clone())
+                    self.requests.get(req).map(|r| &r.request)
                 {
+                    let owner = *owner;
                     self.saw_incarnation(owner);
                 }
             }
             Fact::Answered { req, response, commit, reply } => self.apply_answer(now, *req, response, commit, *reply),
             Fact::Replied { req } => {
-                if let Some(r) = self.requests.remove(req) {
-                    let response = r.answer.as_ref().map(|(_, resp, _)| resp.clone());
-                    self.answer_reached(&r, now, response.as_ref());
+                if let Some(mut r) = self.requests.remove(req) {
+                    let answer = r.answer.take();
+                    self.answer_reached(&r, now, answer.as_ref().map(|(_, response, _)| response));
                 }
             }
             Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now, false),

@@ -22,7 +22,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(time: crate::world::sim_clock::SimTime, max_records: usize, enabled: bool) -> Self {
-        Recorder { inner: Arc::new(Mutex::new(Vec::with_capacity(4096))), time, max_records, enabled }
+        Recorder { inner: Arc::new(Mutex::new(spare_buffer())), time, max_records, enabled }
     }
 
     /// Whether anything is recorded (the tap skips its reads when not).
@@ -65,5 +65,38 @@ impl Recorder {
 
     pub fn take(&self) -> Vec<Record> {
         std::mem::take(&mut *self.inner.lock().expect("history lock"))
+    }
+}
+
+/// Emptied history buffers of earlier runs, for the next runs to fill.
+/// A swarm history is about 10,000 records: grown from empty, its buffer is
+/// copied a dozen times and its fresh pages zeroed, which cost more than
+/// recording itself. Each seed runs on a fresh thread, so the spares are
+/// shared. Allocation decides nothing a run does, so traces are unchanged.
+static SPARE: Mutex<Vec<Vec<Record>>> = Mutex::new(Vec::new());
+
+/// At most this many spares are kept (one or two per job in flight).
+const SPARE_BUFFERS: usize = 4;
+
+/// A buffer larger than this (a runaway history) is freed, not kept: a
+/// campaign's memory stays flat.
+const SPARE_RECORDS_MAX: usize = 1 << 15;
+
+/// A buffer for a new history: a spare if one is kept, else a new one.
+fn spare_buffer() -> Vec<Record> {
+    let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    spare.unwrap_or_else(|| Vec::with_capacity(4096))
+}
+
+/// Hands a judged history's buffer back for a later run (its records are
+/// dropped here).
+pub fn recycle(mut history: Vec<Record>) {
+    if history.capacity() > SPARE_RECORDS_MAX {
+        return;
+    }
+    history.clear();
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.len() < SPARE_BUFFERS {
+        spare.push(history);
     }
 }

@@ -237,7 +237,11 @@ fn run_watched<T: Send + 'static>(
 
 /// Runs one seed and judges it.
 pub fn run_seed(spec: &RunSpec, watchdog: Duration) -> Result<Outcome, RunError> {
-    run_watched(spec, watchdog, |spec, result| judge(spec, &result))
+    run_watched(spec, watchdog, |spec, result| {
+        let outcome = judge(spec, &result);
+        crate::history::recycle(result.history);
+        outcome
+    })
 }
 
 /// Checks a world result against every invariant and builds the outcome.
