@@ -16,10 +16,11 @@
 //! seam), liveness (process control), held claims (store seam).
 
 use super::{promise, Checker, Ctx, Violation};
-use leasesim_vocab::history::Record;
+use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::Op;
 use leasesim_vocab::task::TaskState;
+use leasesim_vocab::truth::Fact;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const NAME: &str = "claim-progress";
@@ -31,6 +32,11 @@ const LONG_POLL_SLACK_MS: u64 = 100;
 pub struct ClaimProgress {
     /// Per owner: the last moment all its slots were in use.
     last_full: BTreeMap<Owner, u64>,
+    /// Owners that may have every slot in use: full when last looked at,
+    /// or started up or given a body since. Only a body's start (and a
+    /// process coming up) raises an owner's slots in use; time and every
+    /// other record only lower them, so no other owner can be full.
+    watch: BTreeSet<Owner>,
     /// Tasks already reported (only the first violation per task is kept).
     reported: BTreeSet<TaskId>,
     /// The millisecond last judged.
@@ -39,12 +45,30 @@ pub struct ClaimProgress {
 }
 
 impl ClaimProgress {
+    /// Notes, for every owner watched, whether all its slots are in use now.
     fn note_fullness(&mut self, now: u64, ctx: &Ctx) {
         let concurrency = ctx.view.concurrency();
-        for (owner, o) in &ctx.view.owners {
-            if o.alive() && ctx.view.busy_of(o, now) >= concurrency {
-                self.last_full.insert(*owner, now);
+        let last_full = &mut self.last_full;
+        self.watch.retain(|owner| {
+            let full = ctx.view.owner(*owner).is_some_and(|o| o.alive() && ctx.view.busy_of(o, now) >= concurrency);
+            if full {
+                last_full.insert(*owner, now);
             }
+            full
+        });
+    }
+
+    /// A record that may raise an owner's slots in use puts it on watch
+    /// (from the next record on, which sees it applied).
+    fn watch(&mut self, rec: &Record) {
+        match &rec.entry {
+            Entry::Truth(Fact::BodyStarted { on, .. }) => {
+                self.watch.insert(*on);
+            }
+            Entry::World(WorldEvent::ProcessUp { owner }) => {
+                self.watch.insert(*owner);
+            }
+            _ => {}
         }
     }
 
@@ -157,6 +181,7 @@ impl Checker for ClaimProgress {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let now = rec.at_ms;
         self.note_fullness(now, ctx);
+        self.watch(rec);
         if let Some(leasesim_vocab::truth::Fact::BodyStarted { on, .. }) = super::fact(rec) {
             // The slot this body takes counts from now, not from the next record.
             if ctx.view.busy(*on, now) + 1 >= ctx.view.concurrency() {
@@ -177,6 +202,7 @@ impl Checker for ClaimProgress {
     }
 
     fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        self.watch.extend(ctx.view.owners.keys().copied());
         self.note_fullness(end_ms, ctx);
         self.judge_due(end_ms, ctx.view.heal_or(end_ms), ctx, out);
     }
@@ -198,6 +224,41 @@ mod tests {
     /// p1.1 gives back task `id`, started (`interrupted`) or not.
     fn returned(id: u64, interrupted: bool) -> Op {
         Op::ReturnOwn { owner: o(1, 1), tasks: vec![id], interrupted }
+    }
+
+    /// p1.1 (two slots) full until 200 ms and again from 1000 to 1500 ms;
+    /// t4 is due from the heal at 100 ms and never claimed.
+    fn refilled() -> H {
+        let p = o(1, 1);
+        H::new()
+            .up(p)
+            .created(1, TaskKind::Job)
+            .created(2, TaskKind::Job)
+            .created(3, TaskKind::Job)
+            .created(4, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, p)
+            .permit(p, 1, 1)
+            .started(1, 1, p)
+            .grant(2, 1, p)
+            .permit(p, 2, 1)
+            .started(2, 1, p)
+            .at(100)
+            .heal()
+            .at(200)
+            .finished(1, 1, p, true)
+            .completed(1, 1, p)
+            .callback(1, 1, p)
+            .unpermit(p, 1, 1)
+            .at(1_000)
+            .grant(3, 1, p)
+            .permit(p, 3, 1)
+            .started(3, 1, p)
+            .at(1_500)
+            .finished(3, 1, p, true)
+            .completed(3, 1, p)
+            .callback(3, 1, p)
+            .unpermit(p, 3, 1)
     }
 
     fn job_at(not_before_ms: u64) -> TaskSpec {
@@ -265,6 +326,17 @@ mod tests {
                 .at(200).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(1_201).end().build()
             => &[(NAME, Some(3))];
+        // Full until 200 ms, then full again from 1000 to 1500 ms (a body
+        // started): the wait of t4 is excused while the end of the second
+        // fill is inside the bound (1 s), and judged once it is not. The
+        // first case fails if a body's start does not put its owner back
+        // on watch (its last full moment would be the start, 1000 ms).
+        full_again_inside_the_bound_passes:
+            refilled().at(2_400).end().build()
+            => PASS;
+        full_again_before_the_bound_does_not_excuse:
+            refilled().at(2_600).end().build()
+            => &[(NAME, Some(4))];
         paused_worker_is_not_starvation:
             H::new().up(o(1, 1)).created(1, TaskKind::Job)
                 .at(100).heal()

@@ -175,8 +175,10 @@ pub struct Coverage {
     expiries: BTreeSet<(Fence, u64)>,
     /// When the leases are next worth a look for one just expired.
     expiry_scan: ExpiryScan,
-    /// The millisecond last looked at for an overdue maintenance pass.
-    overdue_looked_ms: Option<u64>,
+    /// No maintenance pass can be overdue, and no finalization past its
+    /// deadline, before these moments.
+    overdue_due_ms: u64,
+    finalize_due_ms: u64,
     finalizations: BTreeSet<Fence>,
     /// Tasks whose last lease was released (not ended by an outcome), with
     /// the attempt that lost it.
@@ -295,27 +297,14 @@ impl Coverage {
     /// only until the run reaches it (a run reports each point once).
     fn moments(&mut self, now: u64, ctx: &Ctx) {
         let v = &ctx.view;
-        let cfg = ctx.promises();
         if self.open(LEASE_EXPIRED_RUNNING) {
             self.expired_running(now, ctx);
         }
         if self.open(FINALIZE_DEADLINE) || self.open(FULL_WITH_DUE) {
             self.owner_moments(now, ctx);
         }
-        // A pass becomes overdue by time alone: a request that arrives in
-        // this millisecond is not overdue in it (a positive interval), so
-        // the first record of each millisecond is the one to look at.
-        let first_of_ms = self.overdue_looked_ms != Some(now) || cfg.maintenance_interval_ms == 0;
-        self.overdue_looked_ms = Some(now);
-        let overdue = self.open(MAINTENANCE_OVERDUE)
-            && first_of_ms
-            && v.requests.values().any(|r| {
-                matches!(r.request, Op::Maintain { .. })
-                    && r.answer.is_none()
-                    && now >= r.arrived_ms + cfg.maintenance_interval_ms
-            });
-        if overdue {
-            self.hit(MAINTENANCE_OVERDUE);
+        if self.open(MAINTENANCE_OVERDUE) && now >= self.overdue_due_ms {
+            self.maintenance_overdue(now, ctx);
         }
         if self.open(QUEUE_WAIT) && !v.queues_busy.is_empty() {
             let waiting = v
@@ -327,6 +316,45 @@ impl Coverage {
                 self.hit(QUEUE_WAIT);
             }
         }
+    }
+
+    /// A maintenance pass held at the store past its interval. A pass
+    /// becomes overdue by time alone, and one that arrives later is due
+    /// later still: the next look is at the earliest such moment ahead.
+    fn maintenance_overdue(&mut self, now: u64, ctx: &Ctx) {
+        let interval_ms = ctx.promises().maintenance_interval_ms;
+        let mut next_ms = now.saturating_add(interval_ms);
+        for r in ctx.view.requests.values() {
+            if !matches!(r.request, Op::Maintain { .. }) || r.answer.is_some() {
+                continue;
+            }
+            let due_ms = r.arrived_ms.saturating_add(interval_ms);
+            if now >= due_ms {
+                self.hit(MAINTENANCE_OVERDUE);
+                return;
+            }
+            next_ms = next_ms.min(due_ms);
+        }
+        self.overdue_due_ms = next_ms;
+    }
+
+    /// An attempt whose outcome is still being recorded past the
+    /// finalization deadline. A body that ends later has its deadline later
+    /// still: the next look is at the earliest deadline ahead.
+    fn finalize_deadlines(&mut self, now: u64, ctx: &Ctx) {
+        let deadline_ms = ctx.promises().finalize_deadline_ms;
+        let mut next_ms = now.saturating_add(deadline_ms);
+        for o in ctx.view.owners.values() {
+            for (fence, ended) in &o.finalizing {
+                let due_ms = ended.saturating_add(deadline_ms);
+                if now < due_ms {
+                    next_ms = next_ms.min(due_ms);
+                } else if self.finalizations.insert(*fence) {
+                    self.hit(FINALIZE_DEADLINE);
+                }
+            }
+        }
+        self.finalize_due_ms = next_ms;
     }
 
     /// Has the run not reached `point` yet?
@@ -418,14 +446,14 @@ impl Coverage {
 
     fn owner_moments(&mut self, now: u64, ctx: &Ctx) {
         let v = &ctx.view;
-        let cfg = ctx.promises();
+        if self.open(FINALIZE_DEADLINE) && now >= self.finalize_due_ms {
+            self.finalize_deadlines(now, ctx);
+        }
+        if !self.open(FULL_WITH_DUE) {
+            return;
+        }
         for o in v.owners.values() {
-            for (fence, ended) in &o.finalizing {
-                if now >= ended + cfg.finalize_deadline_ms && self.finalizations.insert(*fence) {
-                    self.hit(FINALIZE_DEADLINE);
-                }
-            }
-            if self.open(FULL_WITH_DUE) && o.alive() && v.busy_of(o, now) >= v.concurrency() {
+            if o.alive() && v.busy_of(o, now) >= v.concurrency() {
                 let due = v.ready.iter().filter_map(|id| v.task(*id)).any(|t| t.row.retry_at_ms <= now);
                 if due {
                     self.hit(FULL_WITH_DUE);
@@ -786,6 +814,37 @@ mod tests {
                 h.build()
             }
             => [CONFLICT_RETRIED, RETRIES_EXHAUSTED];
+        // Looked for only from the earliest deadline ahead (1 s here): the
+        // first body's outcome is recorded in time, the second's is not
+        // (it ended at 600 ms, after the first look found nothing).
+        an_outcome_never_recorded_past_the_deadline:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true)
+                .at(600).finished(2, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(1_600).end()
+                .build()
+            => [FINALIZE_DEADLINE];
+        an_outcome_recorded_in_time_reaches_nothing:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(100).finished(1, 1, o(1, 1), true)
+                .at(1_099).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1))
+                .at(5_000).end()
+                .build()
+            => [];
+        a_maintenance_pass_held_past_its_interval:
+            // Interval 5 s: the first pass is answered at 5000 ms, 10 ms
+            // before it would be overdue; the second, from another worker,
+            // is overdue at 5600 ms.
+            H::new().up(o(1, 1)).up(o(2, 1))
+                .at(10).fact(Fact::Arrived { req: 900, from: Sender::Worker(o(1, 1)), request: maintain(o(1, 1)), duplicate: false })
+                .at(600).fact(Fact::Arrived { req: 901, from: Sender::Worker(o(2, 1)), request: maintain(o(2, 1)), duplicate: false })
+                .at(5_000).fact(Fact::Answered { req: 900, response: Response::Ack, commit: Default::default(), reply: Reply::Sent })
+                .at(5_600).end()
+                .build()
+            => [MAINTENANCE_OVERDUE, HELD_AT_STORE];
         an_attempt_given_up_before_its_start:
             // Its claim answer came too late: the permit goes back unused.
             H::new().up(o(1, 1)).created(1, TaskKind::WorkflowTask)
@@ -793,6 +852,10 @@ mod tests {
                 .at(3_500).permit(o(1, 1), 1, 1).unpermit(o(1, 1), 1, 1)
                 .build()
             => [PERMIT_UNSTARTED];
+    }
+
+    fn maintain(owner: leasesim_vocab::ids::Owner) -> Op {
+        Op::Maintain { owner, kind: leasesim_vocab::task::MaintenanceKind::Index, timeout_ms: None }
     }
 
     /// The aims of a history, as (point, kind, proc, at, for, anchor).

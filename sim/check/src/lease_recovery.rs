@@ -48,14 +48,13 @@ impl LeaseRecovery {
             if self.reported.contains(&id) {
                 continue;
             }
-            let (from, why, allowed) = match (t.row.lease_expiry_ms, t.row.owner) {
-                (Some(expiry), _) => (expiry.max(heal), format!("its lease expired at {expiry} ms"), bound),
+            // Why it is owed (an expiry, or its owner dead since), and how
+            // long recovery may take; the reason is put in words only for
+            // a violation (this runs for every leased task at every record).
+            let (from, since, expired, allowed) = match (t.row.lease_expiry_ms, t.row.owner) {
+                (Some(expiry), _) => (expiry.max(heal), expiry, true, bound),
                 (None, Some(owner)) => match dead_since(ctx, owner) {
-                    Some(dead) => (
-                        dead.max(heal),
-                        format!("its owner {owner} counts as dead since {dead} ms"),
-                        bound + cfg.cleanup_interval_ms,
-                    ),
+                    Some(dead) => (dead.max(heal), dead, false, bound + cfg.cleanup_interval_ms),
                     None => continue,
                 },
                 (None, None) => continue,
@@ -68,6 +67,10 @@ impl LeaseRecovery {
                 continue;
             }
             self.reported.insert(id);
+            let why = match t.row.owner {
+                Some(owner) if !expired => format!("its owner {owner} counts as dead since {since} ms"),
+                _ => format!("its lease expired at {since} ms"),
+            };
             let mut v = Violation::new(
                 NAME,
                 now,
