@@ -727,18 +727,25 @@ impl H {
     /// lease), permit, and a body that ends after 100 ms (`ok` or failed);
     /// its outcome is not recorded yet.
     pub fn attempt_body(self, at: u64, task: TaskId, attempt: u32, owner: Owner, ok: bool) -> Self {
-        self.at(at)
-            .grant(task, attempt, owner)
-            .permit(owner, task, attempt)
-            .started(task, attempt, owner)
-            .at(at + 100)
-            .finished(task, attempt, owner, ok)
+        self.begun(at, task, attempt, owner).at(at + 100).finished(task, attempt, owner, ok)
     }
 
     /// One whole successful attempt of `task` on `owner`, from `at` on: its
     /// body (`attempt_body`), complete, callback, permit back.
     pub fn attempt_ok(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
-        self.attempt_body(at, task, attempt, owner, true)
+        self.begun(at, task, attempt, owner).ended_ok(at + 100, task, attempt, owner)
+    }
+
+    /// At `at`: the grant of an attempt, its permit and its body's start.
+    pub fn begun(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        self.at(at).grant(task, attempt, owner).permit(owner, task, attempt).started(task, attempt, owner)
+    }
+
+    /// At `at`: a running attempt's body returns, and its completion,
+    /// callback and permit's return follow.
+    pub fn ended_ok(self, at: u64, task: TaskId, attempt: u32, owner: Owner) -> Self {
+        self.at(at)
+            .finished(task, attempt, owner, true)
             .completed(task, attempt, owner)
             .callback(task, attempt, owner)
             .unpermit(owner, task, attempt)
