@@ -161,11 +161,7 @@ impl Store {
 
     /// The earliest store time after `now_ms` at which a ready task becomes due.
     pub fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
-        self.tasks
-            .values()
-            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms > now_ms)
-            .map(|t| t.retry_at_ms)
-            .min()
+        self.tasks.next_ready_after_ms(now_ms)
     }
 
     /// Applies one request at store time `now_ms`: one transaction, or one
@@ -261,16 +257,13 @@ impl Store {
     }
 
     fn claim(&mut self, now_ms: u64, owner: Owner, max: u32, obs: &dyn Observer) -> Response {
-        let mut due: Vec<(u64, TaskId)> = self
-            .tasks
-            .values()
-            .filter(|t| t.state == TaskState::Ready && t.retry_at_ms <= now_ms && !self.locked(t.id))
-            .map(|t| (t.retry_at_ms, t.id))
-            .collect();
-        due.sort_unstable();
+        // Oldest due first (by due time, then id); rows a transaction holds
+        // are skipped (SKIP LOCKED). Picked before any is written: granting
+        // one changes no other row's eligibility.
+        let due: Vec<TaskId> = self.tasks.ready_due(now_ms).filter(|&id| !self.locked(id)).take(max as usize).collect();
         let mut grants = Vec::new();
-        for (_, id) in due.into_iter().take(max as usize) {
-            let task = self.tasks.get_mut(&id).expect("due task exists");
+        for id in due {
+            let mut task = self.tasks.get_mut(&id).expect("due task exists");
             task.attempt += 1;
             task.state = TaskState::Leased;
             task.owner = Some(owner);
@@ -297,7 +290,7 @@ impl Store {
             obs.emit(Event::WriteRejected { fence, write: WriteKind::Renew, reason });
             return Response::Rejected { reason };
         }
-        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        let mut task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
         let Some(ttl) = self.cfg.lease_ttl.for_kind(task.spec.kind) else {
             // Heartbeat-owned: nothing to renew, the owner's heartbeat is the lease.
             return Response::Renewed { lease_expiry_ms: u64::MAX };
@@ -320,7 +313,7 @@ impl Store {
             return Response::Rejected { reason };
         }
         self.completions.insert(fence.task, fence);
-        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        let mut task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
         task.state = TaskState::Done;
         task.owner = None;
         task.lease_expiry_ms = None;
@@ -352,7 +345,7 @@ impl Store {
             return Response::Rejected { reason };
         }
         let backoff_cfg = self.cfg.clone();
-        let task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
+        let mut task = self.tasks.get_mut(&fence.task).expect("fenced task exists");
         task.retries += 1;
         task.owner = None;
         task.lease_expiry_ms = None;
@@ -446,8 +439,8 @@ impl Store {
     fn release_dead(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
         let victims: Vec<TaskId> = self
             .tasks
-            .values()
-            .filter(|t| t.state == TaskState::Leased && t.lease_expiry_ms.is_none() && !self.locked(t.id))
+            .leased()
+            .filter(|t| t.lease_expiry_ms.is_none() && !self.locked(t.id))
             .filter(|t| t.owner.is_some_and(|o| self.owner_dead(o, now_ms)))
             .map(|t| t.id)
             .collect();
@@ -473,8 +466,8 @@ impl Store {
         let listed_ms = as_of_ms.min(now_ms);
         let victims: Vec<TaskId> = self
             .tasks
-            .values()
-            .filter(|t| t.state == TaskState::Leased && t.owner == Some(owner) && !self.locked(t.id))
+            .leased()
+            .filter(|t| t.owner == Some(owner) && !self.locked(t.id))
             .filter(|t| !running.contains(&t.id) && listed_ms.saturating_sub(t.updated_ms) > older_than_ms)
             .map(|t| t.id)
             .collect();
@@ -489,8 +482,8 @@ impl Store {
     fn reclaim_expired(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
         let victims: Vec<TaskId> = self
             .tasks
-            .values()
-            .filter(|t| t.state == TaskState::Leased && t.spec.group.is_none() && !self.locked(t.id))
+            .leased()
+            .filter(|t| t.spec.group.is_none() && !self.locked(t.id))
             .filter(|t| t.lease_expiry_ms.is_some_and(|e| e <= now_ms))
             .map(|t| t.id)
             .collect();
@@ -503,7 +496,7 @@ impl Store {
     /// Puts a leased task back to ready without an outcome. The next claim
     /// makes a new attempt, so the old owner's writes are fenced off.
     fn release(&mut self, now_ms: u64, id: TaskId, cause: ReleaseCause, obs: &dyn Observer) {
-        let task = self.tasks.get_mut(&id).expect("released task exists");
+        let mut task = self.tasks.get_mut(&id).expect("released task exists");
         debug_assert_eq!(task.state, TaskState::Leased);
         let owner = task.owner.take().expect("leased task has an owner");
         let fence = Fence { task: id, attempt: task.attempt, owner };

@@ -9,15 +9,15 @@ use crate::defects::Defect;
 use crate::event::{Event, Observer, ReleaseCause};
 use crate::ids::{GroupId, TaskId};
 use crate::proto::Response;
-use crate::task::{Task, TaskState};
+use crate::task::Task;
 use std::collections::BTreeMap;
 
 impl Store {
     pub(super) fn repair_groups(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
         let mut leased: BTreeMap<GroupId, Vec<&Task>> = BTreeMap::new();
         // Rows a transaction holds are skipped (SKIP LOCKED) until it ends.
-        for task in self.tasks.values().filter(|t| !self.locked(t.id)) {
-            if let (TaskState::Leased, Some(group), Some(_)) = (task.state, task.spec.group, task.lease_expiry_ms) {
+        for task in self.tasks.leased().filter(|t| !self.locked(t.id)) {
+            if let (Some(group), Some(_)) = (task.spec.group, task.lease_expiry_ms) {
                 leased.entry(group).or_default().push(task);
             }
         }
