@@ -22,6 +22,7 @@
 //! arrival starts the judgement again.
 
 use super::{answer, fact, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, ProcId};
 use leasesim_vocab::op::{Op, Response};
@@ -223,6 +224,10 @@ impl Checker for PassCadence {
         for (owner, kind) in open {
             self.judge_due(end_ms, owner, kind, ctx, out);
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::WORLD.or(Kinds::ARRIVED).or(Kinds::ANSWERED).or(Kinds::REFUSED).or(Kinds::DROPPED)
     }
 
     fn evaluations(&self) -> u64 {

@@ -18,7 +18,7 @@
 //! holds for every statement a retried completion transaction sends before
 //! the completion (a stage task's stage-link statement).
 
-use super::{answer, fact, Checker, Ctx, Violation};
+use super::{answer, fact, Checker, Ctx, NextDue, Violation};
 use crate::outcome_kept::retryable;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::Fence;
@@ -44,6 +44,8 @@ pub struct CallbackKept {
     /// Callbacks owed: the fence, when its answer left the store, and when
     /// the callback is due.
     owed: BTreeMap<Fence, (u64, u64)>,
+    /// No owed callback is due before this.
+    next_due: NextDue,
     evaluations: u64,
     excused: u64,
 }
@@ -67,10 +69,15 @@ impl CallbackKept {
             return;
         }
         self.owed.insert(fence, (now, now + SLACK_MS));
+        self.next_due.set(now + SLACK_MS);
     }
 
     fn judge(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        if !self.next_due.passed(now) {
+            return;
+        }
         let due: Vec<Fence> = self.owed.iter().filter(|(_, &(_, due_ms))| due_ms < now).map(|(f, _)| *f).collect();
+        self.next_due.looked(self.owed.values().map(|&(_, due_ms)| due_ms).filter(|&d| d >= now).min());
         for fence in due {
             let (answered_ms, due_ms) = self.owed.remove(&fence).expect("due callbacks are owed");
             self.evaluations += 1;

@@ -7,6 +7,7 @@
 //! the store seam (claims as they arrived, with the sender the network saw).
 
 use super::{fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::op::Op;
 use leasesim_vocab::truth::{Fact, Sender};
@@ -77,6 +78,10 @@ impl Checker for ConcurrencyBound {
             }
             _ => {}
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::BODY_STARTED.or(Kinds::ARRIVED)
     }
 
     fn evaluations(&self) -> u64 {

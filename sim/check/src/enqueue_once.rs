@@ -6,6 +6,7 @@
 //! which task rows) and the client seam (what the application was told).
 
 use super::{answer, fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::TaskId;
 use leasesim_vocab::truth::{ClientAnswer, Fact, Sender};
@@ -73,6 +74,10 @@ impl Checker for EnqueueOnce {
                 .task(*id),
             );
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ANSWERED.or(Kinds::CLIENT_ANSWERED)
     }
 
     fn evaluations(&self) -> u64 {

@@ -13,6 +13,7 @@
 //! one that did not, and is not judged.
 
 use super::{fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::op::{Op, Response};
 use leasesim_vocab::promise::{Capabilities, EnqueueRetry};
@@ -165,6 +166,15 @@ impl Checker for EnqueueRetried {
             },
             _ => {}
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ARRIVED
+            .or(Kinds::DROPPED)
+            .or(Kinds::REFUSED)
+            .or(Kinds::ANSWERED)
+            .or(Kinds::REPLIED)
+            .or(Kinds::CLIENT_ANSWERED)
     }
 
     fn evaluations(&self) -> u64 {

@@ -12,6 +12,7 @@
 
 use super::view::TaskView;
 use super::{Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::ids::StageRef;
 use leasesim_vocab::task::{TaskKind, TaskState};
 
@@ -146,6 +147,10 @@ impl Checker for EventualCompletion {
         if due {
             self.judge_pipelines(end_ms, heal, ctx, out);
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::NONE
     }
 
     fn evaluations(&self) -> u64 {

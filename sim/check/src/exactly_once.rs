@@ -7,6 +7,7 @@
 //! where the application receives them.
 
 use super::{answer, commit, fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, TaskId};
 use leasesim_vocab::op::Op;
@@ -103,6 +104,10 @@ impl Checker for ExactlyOnce {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.judge_done(rec.at_ms, rec, ctx, out);
         self.judge_callback(rec.at_ms, rec, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT.or(Kinds::CALLBACK)
     }
 
     fn evaluations(&self) -> u64 {

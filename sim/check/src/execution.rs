@@ -8,6 +8,7 @@
 
 use super::lease_revocation::justify;
 use super::{answer, commit, fact, lost_holder, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::truth::Fact;
@@ -90,6 +91,10 @@ impl Checker for ExecutionExclusive {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.note_revocations(rec.at_ms, rec, ctx);
         self.judge_start(rec.at_ms, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT.or(Kinds::BODY_STARTED)
     }
 
     fn evaluations(&self) -> u64 {

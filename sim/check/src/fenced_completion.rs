@@ -9,6 +9,7 @@
 //! reached the store; the change is what the harness read in the store.
 
 use super::{answer, granted, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::Op;
@@ -135,6 +136,10 @@ impl Checker for FencedCompletion {
         if ctx.spec.caps.fresh_attempts {
             self.judge_grants(rec.at_ms, rec, out);
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

@@ -23,6 +23,7 @@
 
 use super::view::RequestView;
 use super::{answer, commit, fact, lost_holder, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, Owner};
 use leasesim_vocab::op::Op;
@@ -160,6 +161,10 @@ impl Checker for LeaseRevocation {
                 );
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

@@ -5,6 +5,7 @@
 //! Judged at the store seam, against the scenario's `lease_ttl` table.
 
 use super::{commit, granted, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::task::TaskState;
@@ -67,6 +68,10 @@ impl Checker for LeaseTerms {
                 out.push(v);
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

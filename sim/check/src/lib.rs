@@ -13,9 +13,10 @@
 //! An invariant about something an engine cannot do ([`Checker::applies`],
 //! from its [`Capabilities`]) is reported not applicable, never passed.
 //!
-//! [`check`] feeds every record, in history order, to every checker (the view
-//! still shows the world just before that record), then applies the record
-//! to the view; at the end each checker gets a last look at the final world.
+//! [`check`] feeds every record, in history order, to every checker that
+//! reads its kind ([`Checker::reads`]; the view still shows the world just
+//! before that record), then applies the record to the view; at the end each
+//! checker gets a last look at the final world.
 //! Only the first violation per (invariant, task) is kept.
 
 mod cadence;
@@ -30,6 +31,7 @@ mod exactly_once;
 mod execution;
 mod fenced_completion;
 mod keepalive;
+pub mod kinds;
 mod lease_recovery;
 mod lease_revocation;
 mod lease_terms;
@@ -54,6 +56,7 @@ pub mod view;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+pub use kinds::Kinds;
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::{Fence, Owner, TaskId};
 use leasesim_vocab::op::Response;
@@ -161,6 +164,12 @@ pub trait Checker {
     fn about(&self) -> &'static str;
     /// Judges one record; time has advanced to `rec.at_ms`.
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>);
+    /// The kinds of record `on_record` does anything with (state, an
+    /// evaluation, a violation); `check` does not call it for the others.
+    /// A checker that judges as time passes reads every record (the default).
+    fn reads(&self) -> Kinds {
+        Kinds::ALL
+    }
     /// The last look, at `end_ms`, once every record has been applied.
     fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         let _ = (end_ms, ctx, out);
@@ -252,14 +261,35 @@ impl Sink {
 /// Runs every checker that applies over `history` (in order) and collects
 /// what they found.
 pub fn check(spec: &Spec, history: &[Record]) -> Report {
+    judge(spec, history, Dispatch::ByKind)
+}
+
+/// [`check`], calling every checker for every record whatever it
+/// [`Checker::reads`]: the reference that holds those declarations true
+/// (the crate's cases and `tests/judge_dispatch.rs` compare the two).
+pub fn check_reading_every_record(spec: &Spec, history: &[Record]) -> Report {
+    judge(spec, history, Dispatch::Every)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dispatch {
+    ByKind,
+    Every,
+}
+
+fn judge(spec: &Spec, history: &[Record], dispatch: Dispatch) -> Report {
     let mut ctx = Ctx { spec, view: View::new(spec) };
     let (mut checkers, not_applicable): (Vec<_>, Vec<_>) = checkers().into_iter().partition(|c| c.applies(&spec.caps));
+    let readers = kinds::by_kind(checkers.iter().map(|c| match dispatch {
+        Dispatch::ByKind => c.reads(),
+        Dispatch::Every => Kinds::ALL,
+    }));
     let mut sink = Sink::default();
     let mut found = Vec::new();
     let mut coverage = coverage::Coverage::default();
     for rec in history {
-        for c in checkers.iter_mut() {
-            c.on_record(rec, &ctx, &mut found);
+        for &i in &readers[Kinds::index_of(rec)] {
+            checkers[i].on_record(rec, &ctx, &mut found);
         }
         coverage.on_record(rec, &ctx);
         sink.take(&mut found);
@@ -318,8 +348,9 @@ pub fn run_part(spec: &Spec, history: &[Record], part: Part) -> PartRun {
     let mut coverage = (part == Part::Coverage).then(coverage::Coverage::default);
     let mut sink = Sink::default();
     let mut found = Vec::new();
+    let reads = checker.as_ref().map_or(Kinds::NONE, |c| c.reads());
     for rec in history {
-        if let Some(c) = checker.as_mut() {
+        if let Some(c) = checker.as_mut().filter(|_| reads.contains(Kinds::of(rec))) {
             c.on_record(rec, &ctx, &mut found);
         }
         if let Some(c) = coverage.as_mut() {
@@ -365,6 +396,34 @@ impl ExpiryScan {
         if commit(rec).is_some_and(|c| !c.tasks.is_empty()) {
             self.due_ms = 0;
         }
+    }
+}
+
+/// The earliest deadline a checker may have to judge, kept as a lower bound:
+/// lowered whenever a deadline is set, raised only by a look at all of them.
+/// Before it no deadline can have passed, so the look is skipped; each
+/// deadline is still judged at the first record past it, as with a look at
+/// every record. (A deadline dropped unjudged leaves the bound low: one
+/// look too many, never one too few.)
+#[derive(Debug, Default)]
+pub(crate) struct NextDue {
+    at_ms: Option<u64>,
+}
+
+impl NextDue {
+    /// May a deadline have passed by `now` (a deadline `d` passes once `d < now`)?
+    pub(crate) fn passed(&self, now: u64) -> bool {
+        self.at_ms.is_some_and(|d| d < now)
+    }
+
+    /// A deadline was set at `deadline_ms`.
+    pub(crate) fn set(&mut self, deadline_ms: u64) {
+        self.at_ms = Some(self.at_ms.map_or(deadline_ms, |d| d.min(deadline_ms)));
+    }
+
+    /// A look at every deadline left `earliest_ms` as the earliest still open.
+    pub(crate) fn looked(&mut self, earliest_ms: Option<u64>) {
+        self.at_ms = earliest_ms;
     }
 }
 

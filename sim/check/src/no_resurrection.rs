@@ -4,6 +4,7 @@
 //! Judged at the store seam, from the rows the harness read.
 
 use super::{commit, granted, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::task::TaskState;
 
@@ -82,6 +83,10 @@ impl Checker for NoResurrection {
                 );
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

@@ -32,7 +32,7 @@
 //! A loss without an excuse is a violation even when recovery then runs the
 //! task again correctly: the engine threw away work it had done.
 
-use super::{commit, fact, Checker, Ctx, Violation};
+use super::{commit, fact, Checker, Ctx, NextDue, Violation};
 use crate::view::RequestView;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
@@ -63,6 +63,8 @@ struct Owed {
 #[derive(Default)]
 pub struct OutcomeKept {
     owed: BTreeMap<Fence, Owed>,
+    /// No owed outcome's deadline passes before this.
+    next_due: NextDue,
     evaluations: u64,
     excused: u64,
 }
@@ -169,7 +171,11 @@ impl OutcomeKept {
     }
 
     fn judge(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+        if !self.next_due.passed(now) {
+            return;
+        }
         let due: Vec<Fence> = self.owed.iter().filter(|(_, o)| o.deadline_ms < now).map(|(f, _)| *f).collect();
+        self.next_due.looked(self.owed.values().map(|o| o.deadline_ms).filter(|&d| d >= now).min());
         for fence in due {
             let owed = self.owed.remove(&fence).expect("due outcomes are owed");
             if !ctx.view.task(fence.task).is_some_and(|t| t.held_by(&fence)) {
@@ -243,6 +249,7 @@ impl Checker for OutcomeKept {
             if held && unexpired {
                 let deadline_ms = now + ctx.promises().finalize_deadline_ms + SLACK_MS;
                 self.owed.insert(*fence, Owed { ended_ms: now, deadline_ms, excuse: None, untried: None, tried_ms: 0 });
+                self.next_due.set(deadline_ms);
             }
         }
         self.note(rec, ctx);
@@ -303,6 +310,30 @@ mod tests {
             .arrive(Sender::Worker(o(1, 1)), Op::Complete { fence: fence(1, 1, o(1, 1)) });
         let response = Response::Rejected { reason: Refusal::TimedOut };
         h.fact(Fact::Refused { req, response, fault: Some(FaultKind::TxnTimeout) })
+    }
+
+    /// Each lost outcome is judged at the first record past its own
+    /// deadline, the second one after a look that found only the first due
+    /// (the look is skipped until the earliest open deadline passes).
+    #[test]
+    fn each_deadline_is_judged_at_the_first_record_past_it() {
+        // t1 and t2 on p1.1, t3 on p2.1 (two permits each).
+        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
+        let beat = |h: H| h.heartbeat(o(1, 1)).heartbeat(o(2, 1));
+        let mut h = beat(H::new().up(o(1, 1)).up(o(2, 1)));
+        for t in 1..=3 {
+            h = h.created(t, TaskKind::Job).at(10).grant(t, 1, on(t)).permit(on(t), t, 1).started(t, 1, on(t));
+        }
+        // Bodies return at 100, 1500 and 1000 ms: deadlines 2100, 3500, 3000.
+        let h = h.at(100).finished(1, 1, on(1), true).at(1_000).finished(3, 1, on(3), true);
+        let h = h.at(1_100).unpermit(on(1), 1, 1).at(1_500).finished(2, 1, on(2), true);
+        let h = beat(h.at(2_000).unpermit(on(3), 3, 1).at(2_150));
+        let h = beat(beat(h.at(2_500).unpermit(on(2), 2, 1).at(3_050)).at(3_550));
+        let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
+        let report = crate::testkit::run_case("three deadlines", h.build(), expect);
+        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
+        at.sort();
+        assert_eq!(at, vec![(Some(1), 2_150), (Some(2), 3_550), (Some(3), 3_050)]);
     }
 
     cases! {

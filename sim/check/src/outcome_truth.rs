@@ -8,6 +8,7 @@
 //! store (with the sender the network saw) against the task-body seam.
 
 use super::{fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::Op;
@@ -96,6 +97,10 @@ impl Checker for OutcomeTruth {
                 .fence(&fence),
             );
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ARRIVED
     }
 
     fn evaluations(&self) -> u64 {

@@ -16,7 +16,7 @@
 //! a claim's size from the store seam (as it arrived, at most one hop after
 //! it was sent).
 
-use super::{fact, Checker, Ctx, Violation};
+use super::{fact, Checker, Ctx, NextDue, Violation};
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::Op;
@@ -42,13 +42,25 @@ pub struct PermitLeak {
     /// many it held just before: a claim arriving now was sent at most a
     /// hop earlier, holding at most the most of these.
     released: BTreeMap<Owner, Vec<(u64, u32)>>,
+    /// No returned body's permit is past its release deadline before this.
+    next_due: NextDue,
     evaluations: u64,
 }
 
 impl PermitLeak {
+    /// How long a permit may stay held after its body returned.
+    fn allowed_ms(ctx: &Ctx) -> u64 {
+        ctx.promises().finalize_deadline_ms + ctx.spec.bounds.permit_release_slack_ms
+    }
+
     /// Judges every held permit whose release deadline is behind `now`.
     fn deadlines(&mut self, now: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
-        let allowed = ctx.promises().finalize_deadline_ms + ctx.spec.bounds.permit_release_slack_ms;
+        if !self.next_due.passed(now) {
+            return;
+        }
+        let allowed = Self::allowed_ms(ctx);
+        let open = self.held.values().filter(|h| !h.judged).filter_map(|h| h.finished_ms).map(|f| f + allowed);
+        self.next_due.looked(open.filter(|&d| d >= now).min());
         for (&(owner, task, attempt), held) in self.held.iter_mut() {
             let Some(finished) = held.finished_ms else {
                 continue;
@@ -200,7 +212,8 @@ impl Checker for PermitLeak {
             }) => self.judge_claim(*owner, *max, now, ctx, out),
             Some(Fact::BodyEnded { fence, .. }) => {
                 if let Some(held) = self.held.get_mut(&(fence.owner, fence.task, fence.attempt)) {
-                    held.finished_ms.get_or_insert(now);
+                    let finished_ms = *held.finished_ms.get_or_insert(now);
+                    self.next_due.set(finished_ms + Self::allowed_ms(ctx));
                 }
             }
             Some(Fact::BodyStarted { fence, on, .. }) => {
@@ -257,6 +270,31 @@ mod tests {
             .started(1, 1, o(1, 1))
             .at(100)
             .finished(1, 1, o(1, 1), true)
+    }
+
+    /// Each permit kept too long is judged at the first record past its own
+    /// deadline, also after a look that found only another one due.
+    #[test]
+    fn each_deadline_is_judged_at_the_first_record_past_it() {
+        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
+        let beat = |h: H| h.heartbeat(o(1, 1)).heartbeat(o(2, 1));
+        let mut h = beat(H::new().up(o(1, 1)).up(o(2, 1)));
+        for t in 1..=3 {
+            h = h.created(t, TaskKind::Job).at(10).grant(t, 1, on(t)).permit(on(t), t, 1).started(t, 1, on(t));
+        }
+        // Bodies return at 100, 1500 and 1000 ms and complete; no permit comes back.
+        let h = h.at(100).finished(1, 1, on(1), true).completed(1, 1, on(1)).callback(1, 1, on(1));
+        let h = h.at(1_000).finished(3, 1, on(3), true).completed(3, 1, on(3)).callback(3, 1, on(3));
+        let h = h.at(1_500).finished(2, 1, on(2), true).completed(2, 1, on(2)).callback(2, 1, on(2));
+        let mut h = h;
+        for at_ms in (1_600..=6_000).step_by(50) {
+            h = beat(h.at(at_ms));
+        }
+        let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
+        let report = crate::testkit::run_case("three permits", h.build(), expect);
+        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
+        at.sort();
+        assert_eq!(at, vec![(Some(1), 1_650), (Some(2), 3_050), (Some(3), 2_550)]);
     }
 
     cases! {

@@ -10,6 +10,7 @@
 //! told).
 
 use super::{answer, fact, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::op::{Op, Response};
 use leasesim_vocab::promise::Capabilities;
@@ -131,6 +132,10 @@ impl Checker for QueryTruth {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.judge_store(rec.at_ms, rec, ctx, out);
         self.judge_client(rec.at_ms, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ANSWERED.or(Kinds::REPLIED).or(Kinds::CLIENT_ANSWERED)
     }
 
     fn evaluations(&self) -> u64 {

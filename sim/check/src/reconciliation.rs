@@ -8,6 +8,7 @@
 //! Judged at the store seam, from the rows the harness read itself.
 
 use super::{commit, fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::task::{Row, TaskState};
 use leasesim_vocab::truth::{Fact, TaskChange};
@@ -142,6 +143,10 @@ impl Checker for Reconciliation {
                 );
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::FINAL.or(Kinds::COMMIT)
     }
 
     fn evaluations(&self) -> u64 {

@@ -7,6 +7,7 @@
 //! carried, the retries and states are what the store committed.
 
 use super::{commit, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::op::Op;
 use leasesim_vocab::task::TaskError;
@@ -79,6 +80,10 @@ impl Checker for RetryBudget {
                 out.push(Violation::new(NAME, now, format!("t{}: at {now} ms {problem}", after.id)).task(after.id));
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

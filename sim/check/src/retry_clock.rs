@@ -10,6 +10,7 @@
 //! seam; the planned claim is the engine's testimony (`RetryPlanned`).
 
 use super::{commit, granted, promise, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::TaskId;
 use leasesim_vocab::task::TaskState;
@@ -125,6 +126,10 @@ impl Checker for RetryClock {
         self.judge_grants(now, rec, ctx, out);
         self.judge_note(now, rec, out);
         self.judge_plan(now, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT.or(Kinds::NOTE_SENT).or(Kinds::ENGINE)
     }
 
     fn evaluations(&self) -> u64 {

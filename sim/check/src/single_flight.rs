@@ -8,6 +8,7 @@
 //! cross-checked against the store seam.
 
 use super::{fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Owner;
 use leasesim_vocab::op::Op;
@@ -126,6 +127,10 @@ impl Checker for SingleFlight {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.judge_store(rec.at_ms, rec, ctx, out);
         self.judge_testimony(rec.at_ms, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ARRIVED.or(Kinds::ENGINE).or(Kinds::WORLD)
     }
 
     fn evaluations(&self) -> u64 {

@@ -5,6 +5,7 @@
 //! heartbeat-owned one, which never expires by itself) gave it two owners.
 
 use super::{commit, granted, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::task::TaskState;
 
@@ -51,6 +52,10 @@ impl Checker for SingleOwner {
                 .fence(&fence),
             );
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT
     }
 
     fn evaluations(&self) -> u64 {

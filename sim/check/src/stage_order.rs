@@ -6,6 +6,7 @@
 //! Judged at the store seam (task and stage rows) and at the task-body seam.
 
 use super::{commit, fact, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::StageRef;
 use leasesim_vocab::promise::Capabilities;
@@ -114,6 +115,10 @@ impl Checker for StageOrder {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.judge_commit(rec.at_ms, rec, ctx, out);
         self.judge_body(rec.at_ms, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT.or(Kinds::BODY_STARTED)
     }
 
     fn evaluations(&self) -> u64 {

@@ -11,6 +11,7 @@
 
 use super::view::{held_by, TaskView};
 use super::{answer, Answer, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, Owner, StageRef, TaskId};
 use leasesim_vocab::op::{Grant, Op, Refusal, Response};
@@ -473,6 +474,10 @@ impl Checker for StoreReply {
             }
             out.push(v);
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ANSWERED
     }
 
     fn evaluations(&self) -> u64 {

@@ -11,6 +11,7 @@
 //! logs and metrics. A lie there is a bug even where nothing else breaks.
 
 use super::{granted, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::{Fence, IndexId, Owner, StageRef, TaskId};
 use leasesim_vocab::op::{Op, Response};
@@ -238,6 +239,10 @@ impl Checker for Testimony {
         }
         self.judge_answer(now, rec, ctx, out);
         self.judge_worker(now, rec, ctx, out);
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::ENGINE.or(Kinds::COMMIT).or(Kinds::BODY_STARTED).or(Kinds::CALLBACK)
     }
 
     fn evaluations(&self) -> u64 {

@@ -128,6 +128,8 @@ pub fn run_case_in(name: &str, spec: &Spec, history: Vec<Record>, expect: Expect
     let want: BTreeSet<(String, Option<TaskId>)> = expect.iter().map(|(i, t)| (i.to_string(), *t)).collect();
     assert_eq!(got, want, "{name}: the violations differ from the expected ones:\n{:#?}", report.violations);
     assert_parts_agree(name, spec, &history, &report);
+    let every = crate::check_reading_every_record(spec, &history);
+    assert_eq!(report, every, "{name}: a checker does something with a kind of record it does not declare it reads");
     report
 }
 

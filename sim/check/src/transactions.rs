@@ -32,6 +32,7 @@
 //! (`View::txns`), rebuilt from the statements' answers.
 
 use super::{answer, commit, fact, Answer, Checker, Ctx, Violation};
+use crate::Kinds;
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{Fence, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
@@ -269,6 +270,10 @@ impl Checker for Transactions {
                 }
             }
         }
+    }
+
+    fn reads(&self) -> Kinds {
+        Kinds::COMMIT.or(Kinds::TXN_SENT)
     }
 
     fn evaluations(&self) -> u64 {
