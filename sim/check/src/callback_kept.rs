@@ -254,6 +254,32 @@ mod tests {
         assert_eq!(excused(completed(true).at(5_000).heartbeat(o(1, 1)).build()), None);
     }
 
+    /// Each lost callback is judged at the first record past its own due
+    /// time, also after a look that found only another one due.
+    #[test]
+    fn each_callback_is_judged_at_the_first_record_past_its_due_time() {
+        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
+        let mut h = H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1));
+        for t in 1..=3 {
+            h = h.created(t, TaskKind::Job);
+        }
+        for t in 1..=3 {
+            h = h.begun(10, t, 1, on(t));
+        }
+        for t in 1..=3 {
+            h = h.at(110).finished(t, 1, on(t), true);
+        }
+        // Completions commit at 200, 700 and 500 ms: callbacks due by 1200, 1700, 1500.
+        let h = h.at(200).completed(1, 1, on(1)).at(500).completed(3, 1, on(3)).at(700).completed(2, 1, on(2));
+        let h = h.unpermit(on(1), 1, 1).unpermit(on(2), 2, 1).unpermit(on(3), 3, 1);
+        let h = h.at(1_250).heartbeat(o(1, 1)).at(1_550).heartbeat(o(1, 1)).at(1_750).heartbeat(o(1, 1));
+        let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
+        let report = crate::testkit::run_case("three callbacks", h.build(), expect);
+        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
+        at.sort();
+        assert_eq!(at, vec![(Some(1), 1_250), (Some(2), 1_750), (Some(3), 1_550)]);
+    }
+
     cases! {
         a_callback_after_the_commit_passes:
             completed(true).at(5_000).heartbeat(o(1, 1)).build() => PASS;
