@@ -65,6 +65,11 @@ pub struct BenchArgs {
     /// and at `--jobs`). Example: --baseline /tmp/leasesim-3b4af0f
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<std::path::PathBuf>,
+    /// Compare: the scenario the baseline runs (default: `--scenario`), when
+    /// this build's is the same world with a field the old build does not
+    /// know. Example: --baseline-scenario /tmp/swarm-3b4af0f.toml
+    #[arg(long, value_name = "SCENARIO")]
+    pub baseline_scenario: Option<String>,
     /// Suite: where to write the JSON. Example: --out target/bench-suite.json
     #[arg(long, default_value = "target/bench-suite.json")]
     pub out: std::path::PathBuf,
@@ -86,6 +91,9 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
     if args.repeats == Some(0) {
         return Err("--repeats: must be at least 1".into());
     }
+    if args.baseline_scenario.is_some() && args.what != "compare" {
+        return Err("--baseline-scenario: only bench compare runs a baseline".into());
+    }
     if let Some(on) = &args.on {
         targets(on).map_err(|e| format!("--on: {e}"))?;
     }
@@ -98,7 +106,8 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
             let baseline = args.baseline.as_deref().ok_or("--baseline: compare needs the other build's executable")?;
             let job_counts = if jobs == 1 { vec![1] } else { vec![1, jobs] };
             let (seeds, repeats) = (args.seeds.unwrap_or(300), args.repeats.unwrap_or(5));
-            super::bench_compare::run(baseline, &args.scenario, seeds, repeats, &job_counts)
+            let scenarios = (args.scenario.as_str(), args.baseline_scenario.as_deref().unwrap_or(&args.scenario));
+            super::bench_compare::run(baseline, scenarios, seeds, repeats, &job_counts)
         }
         _ => find(&args, jobs),
     }

@@ -2,7 +2,9 @@
 //! build of the CLI, side by side in one run. Each repeat runs both, in
 //! alternating order (this machine is shared and noisy: alternation spreads
 //! the noise over both), as separate processes of the same campaign
-//! (`fuzz --scenario S --seeds N --jobs J --json`). Medians and their ratio.
+//! (`fuzz --scenario S --seeds N --jobs J --json`; the baseline may run
+//! its own file of the same world, `--baseline-scenario`). Medians and
+//! their ratio.
 
 use std::path::Path;
 use std::process::Command;
@@ -42,11 +44,23 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-/// Runs the comparison and prints one markdown row per job count.
-pub fn run(baseline: &Path, scenario: &str, seeds: u64, repeats: usize, jobs: &[usize]) -> Result<i32, String> {
+/// Runs the comparison and prints one markdown row per job count. This
+/// build runs `scenarios.0`, the baseline `scenarios.1` (the same world
+/// where the old build cannot parse today's file).
+pub fn run(
+    baseline: &Path,
+    scenarios: (&str, &str),
+    seeds: u64,
+    repeats: usize,
+    jobs: &[usize],
+) -> Result<i32, String> {
+    let (scenario, baseline_scenario) = scenarios;
     let this = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     if !baseline.is_file() {
         return Err(format!("--baseline {}: no such executable", baseline.display()));
+    }
+    if baseline_scenario != scenario {
+        println!("this build runs --scenario {scenario}, the baseline {baseline_scenario}\n");
     }
     println!("| build | jobs | median runs/s | repeats |");
     println!("|---|---|---|---|");
@@ -56,11 +70,11 @@ pub fn run(baseline: &Path, scenario: &str, seeds: u64, repeats: usize, jobs: &[
             // Alternate who goes first: a drift in the machine's load
             // then falls on both builds alike.
             if repeat % 2 == 0 {
-                theirs.push(one_campaign(baseline, scenario, seeds, j)?);
+                theirs.push(one_campaign(baseline, baseline_scenario, seeds, j)?);
                 ours.push(one_campaign(&this, scenario, seeds, j)?);
             } else {
                 ours.push(one_campaign(&this, scenario, seeds, j)?);
-                theirs.push(one_campaign(baseline, scenario, seeds, j)?);
+                theirs.push(one_campaign(baseline, baseline_scenario, seeds, j)?);
             }
             eprintln!("bench compare: {j} jobs, repeat {} of {repeats} done", repeat + 1);
         }
