@@ -39,7 +39,7 @@ fn two_workers() -> Scenario {
             work_max_ms: 3_000,
             ..Workload::default()
         },
-        phases: Phases { fault_phase_ms: 120_000, heal_phase_ms: 300_000 },
+        phases: Phases { fault_phase_ms: 120_000, heal_phase_ms: 300_000, quiet_end_ms: None },
         bounds: Bounds {
             claim_bound_ms: 20_000,
             recovery_bound_ms: 40_000,

@@ -48,9 +48,10 @@ impl EventualCompletion {
     fn judge_tasks(&mut self, end_ms: u64, heal: u64, due: bool, ctx: &Ctx, out: &mut Vec<Violation>) {
         let bound = ctx.spec.bounds.completion_bound_ms;
         for (&id, t) in &ctx.view.tasks {
-            // A run that ends before the bound is due judges no task's
-            // completion (only orphan stages): it is not counted as judged.
-            if due {
+            // A task that ended is judged whenever the run ends (a run may
+            // end early, once the world is quiet); one still open only once
+            // the bound is due (orphan stages aside).
+            if due || t.terminal() {
                 self.evaluations += 1;
             }
             if t.terminal() {
@@ -90,18 +91,21 @@ impl EventualCompletion {
         }
     }
 
-    fn judge_pipelines(&mut self, end_ms: u64, heal: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
+    /// Every pipeline created before the heal has every stage done (or one
+    /// failed), once the bound is due; one that already has is judged
+    /// whenever the run ends.
+    fn judge_pipelines(&mut self, end_ms: u64, heal: u64, due: bool, ctx: &Ctx, out: &mut Vec<Violation>) {
         for (&pipeline, &created_ms) in &ctx.view.pipelines {
             if created_ms >= heal {
                 continue;
             }
-            self.evaluations += 1;
             // A stage whose task died ends its pipeline: nothing is left to run.
             let failed = ctx.view.stages.iter().any(|(stage, s)| {
                 stage.pipeline == pipeline
                     && s.row.task.and_then(|t| ctx.view.task(t)).is_some_and(|t| t.state() == TaskState::Dead)
             });
             if failed {
+                self.evaluations += 1;
                 continue;
             }
             let open: Vec<StageRef> = ctx
@@ -111,6 +115,10 @@ impl EventualCompletion {
                 .filter(|(stage, s)| stage.pipeline == pipeline && s.done.is_none())
                 .map(|(stage, _)| *stage)
                 .collect();
+            if !due && !open.is_empty() {
+                continue;
+            }
+            self.evaluations += 1;
             if let Some(first) = open.first() {
                 let mut v = Violation::new(
                     NAME,
@@ -144,9 +152,7 @@ impl Checker for EventualCompletion {
         let heal = ctx.view.heal_or(end_ms);
         let due = end_ms >= heal + ctx.spec.bounds.completion_bound_ms;
         self.judge_tasks(end_ms, heal, due, ctx, out);
-        if due {
-            self.judge_pipelines(end_ms, heal, ctx, out);
-        }
+        self.judge_pipelines(end_ms, heal, due, ctx, out);
     }
 
     fn reads(&self) -> Kinds {
@@ -163,6 +169,23 @@ mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
     use leasesim_vocab::task::{TaskKind, TaskSpec};
+
+    /// A run that ends before the bound is due (ended early, once the world
+    /// was quiet) still judges what ended: a task done or dead, a pipeline
+    /// with every stage done. What is still open is owed nothing yet.
+    #[test]
+    fn a_run_ended_before_the_bound_judges_what_ended() {
+        let early = |h: H| h.at(1_000).heal().at(2_000).end().build();
+        let done = early(H::new().up(o(1, 1)).created(1, TaskKind::Job).attempt_ok(10, 1, 1, o(1, 1)));
+        let report = crate::testkit::run_case("one task done", done, PASS);
+        assert_eq!(report.checks[NAME], 1);
+        let open = early(H::new().up(o(1, 1)).created(1, TaskKind::Job).at(10).grant(1, 1, o(1, 1)));
+        let report = crate::testkit::run_case("one task open", open, PASS);
+        assert_eq!(report.checks[NAME], 0);
+        let pipeline = H::new().up(o(1, 1)).pipeline(3, 1).created_stage(4, 3, 0).attempt_ok(10, 4, 1, o(1, 1));
+        let report = crate::testkit::run_case("a pipeline done", early(pipeline), PASS);
+        assert_eq!(report.checks[NAME], 2, "its stage task and the pipeline");
+    }
 
     cases! {
         every_task_terminal_passes:

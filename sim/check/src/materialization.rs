@@ -74,6 +74,20 @@ impl Materialization {
         }
     }
 
+    /// At the end of a run that ended before the bound (once the world was
+    /// quiet): each index of a build enqueued before the heal that is
+    /// materialized is judged (it met its bound); one that is not is owed
+    /// nothing yet.
+    fn judge_materialized(&mut self, ctx: &Ctx) {
+        let Some(heal) = ctx.view.heal_ms.filter(|_| !self.bound_judged) else { return };
+        let builds = ctx.view.tasks.values().filter(|t| t.kind() == TaskKind::IndexBuild && t.created_ms < heal);
+        for index in builds.filter_map(|t| t.row.spec.index) {
+            if ctx.view.materialized.contains_key(&index) && self.judged.insert(index) {
+                self.evaluations += 1;
+            }
+        }
+    }
+
     fn judge_fresh(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } }) = fact(rec) else {
             return;
@@ -123,6 +137,7 @@ impl Checker for Materialization {
 
     fn finish(&mut self, end_ms: u64, ctx: &Ctx, out: &mut Vec<Violation>) {
         self.judge(end_ms, ctx.view.heal_or(end_ms), ctx, out);
+        self.judge_materialized(ctx);
     }
 
     fn evaluations(&self) -> u64 {
@@ -138,6 +153,18 @@ impl Checker for Materialization {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
+
+    /// A run that ends before the bound (ended early, once the world was
+    /// quiet) judges each index that is materialized; one that is not is
+    /// owed nothing yet.
+    #[test]
+    fn a_run_ended_before_the_bound_judges_what_is_materialized() {
+        let early = |h: H| h.at(1_000).heal().at(2_000).end().build();
+        let built = early(H::new().up(o(1, 1)).created_index(1, 7).attempt_ok(10, 1, 1, o(1, 1)));
+        assert_eq!(crate::testkit::run_case("materialized", built, PASS).checks[NAME], 1);
+        let running = H::new().up(o(1, 1)).created_index(1, 7).at(10).grant(1, 1, o(1, 1));
+        assert_eq!(crate::testkit::run_case("not built", early(running), PASS).checks[NAME], 0);
+    }
 
     cases! {
         index_materializes_after_heal_passes:

@@ -78,7 +78,7 @@ pub fn spec() -> Spec {
     Spec {
         promises: promises(),
         caps: Capabilities::ALL,
-        phases: Phases { fault_phase_ms: 10_000, heal_phase_ms: 10_000 },
+        phases: Phases { fault_phase_ms: 10_000, heal_phase_ms: 10_000, quiet_end_ms: None },
         bounds: Bounds {
             claim_bound_ms: 1_000,
             recovery_bound_ms: 2_000,

@@ -297,6 +297,14 @@ impl Capabilities {
 pub struct Phases {
     pub fault_phase_ms: u64,
     pub heal_phase_ms: u64,
+    /// End the liveness phase early once the world is quiet (FoundationDB's
+    /// "quiet database"): settled (every client call answered, every task
+    /// done or dead, every stage done or its task dead, every built index
+    /// materialized), with the store unchanged for `quiet_end_ms`, as seen
+    /// by looks four times per period after the heal. Unset: the whole
+    /// liveness phase runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_end_ms: Option<u64>,
 }
 
 impl Phases {

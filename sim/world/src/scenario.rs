@@ -514,6 +514,12 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         }
     }
     // Relations: each names the field that would have to change.
+    if let Some(quiet_ms) = s.phases.quiet_end_ms.filter(|&q| q > s.phases.heal_phase_ms) {
+        return Err(format!(
+            "phases.quiet_end_ms: must not exceed phases.heal_phase_ms ({} ms), got {quiet_ms} ms",
+            s.phases.heal_phase_ms
+        ));
+    }
     if w.work_min_ms > w.work_max_ms {
         return Err(format!("workload.work_min_ms: must not exceed workload.work_max_ms ({} ms)", w.work_max_ms));
     }
@@ -660,6 +666,11 @@ fn ranged_fields(s: &Scenario) -> Vec<(String, u64, Range)> {
     .into_iter()
     .map(|(path, value, range)| (path.to_string(), value, range))
     .collect();
+    if let Some(ms) = p.quiet_end_ms {
+        // A period of at least a second (looked at four times in it); at most
+        // the liveness phase (a relation, in `validate`).
+        fields.push(("phases.quiet_end_ms".into(), ms, BOUND_MS));
+    }
     if let Some(ms) = b.fresh_index_after_heal_ms {
         // 0: every index built after the heal is judged.
         fields.push(("bounds.fresh_index_after_heal_ms".into(), ms, SPAN_MS));

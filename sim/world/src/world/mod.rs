@@ -12,6 +12,7 @@ pub mod handler;
 pub mod injector;
 pub mod link;
 pub mod net;
+pub mod quiet;
 pub mod sim_clock;
 pub mod store_node;
 pub mod workload;
@@ -32,7 +33,7 @@ use link::Link;
 use madsim::runtime::Handle;
 use sim_clock::{SimClock, SimTime};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
@@ -110,6 +111,8 @@ struct Parts<E: EngineUnderTest> {
     control: Arc<Controller>,
     to_store: mpsc::UnboundedSender<link::Envelope<E>>,
     shared: E::Shared,
+    /// Client calls not answered yet, planned ones included (the quiet end).
+    calls_open: Arc<AtomicUsize>,
 }
 
 /// Runs the world for one seed. Must be called inside a madsim runtime whose
@@ -135,6 +138,7 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     });
     let (to_store, inbox) = mpsc::unbounded_channel();
     let inbox = Arc::new(std::sync::Mutex::new(Some(inbox)));
+    let calls_open = quiet::calls_open(plan(seed, &scenario.workload, scenario.phases.fault_phase_ms).len());
     let store_for_node = store.clone();
     let store_node = handle
         .create_node()
@@ -157,8 +161,18 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
         })
         .build();
 
-    let parts =
-        Parts { engine, spec, seed, origin, rec: rec.clone(), faults: faults.clone(), control, to_store, shared };
+    let parts = Parts {
+        engine,
+        spec,
+        seed,
+        origin,
+        rec: rec.clone(),
+        faults: faults.clone(),
+        control,
+        to_store,
+        shared,
+        calls_open,
+    };
     for proc in 1..=scenario.topology.workers {
         let offset_ms = clock_offset(&parts.spec.plan, proc);
         if offset_ms != 0 {
@@ -179,7 +193,8 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     faults.heal();
     control.heal();
     store.restart_now();
-    tokio::time::sleep(Duration::from_millis(scenario.phases.heal_phase_ms)).await;
+    let phases = &scenario.phases;
+    quiet::liveness_phase::<E>(&seam, phases.heal_phase_ms, phases.quiet_end_ms, &parts.calls_open).await;
     rec.world(WorldEvent::End);
     let end_ms = rec.now_ms();
 
@@ -332,13 +347,16 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
 fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::task::NodeId {
     let (engine, scenario, seed, rec) = (p.engine.clone(), p.spec.scenario.clone(), p.seed, p.rec.clone());
     let (control, to_store, shared) = (p.control.clone(), p.to_store.clone(), p.shared.clone());
+    let calls_open = p.calls_open.clone();
     let node = handle
         .create_node()
         .name("client")
         .ip(net::client_ip())
         .init(move || {
             let link = Link::new(to_store.clone(), control.clone(), Sender::Client(0), None);
-            let c = ClientParts { engine: engine.clone(), scenario: scenario.clone(), seed, rec: rec.clone(), link };
+            let (engine, scenario, rec, calls_open) =
+                (engine.clone(), scenario.clone(), rec.clone(), calls_open.clone());
+            let c = ClientParts { engine, scenario, seed, rec, link, calls_open };
             run_client(c, shared.clone())
         })
         .build();
@@ -351,6 +369,7 @@ struct ClientParts<E: EngineUnderTest> {
     seed: u64,
     rec: Recorder,
     link: Link<E>,
+    calls_open: Arc<AtomicUsize>,
 }
 
 async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
@@ -381,11 +400,12 @@ async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
             shared: shared.clone(),
         };
         let answer = c.engine.client_call(world, action);
-        let rec = c.rec.clone();
+        let (rec, calls_open) = (c.rec.clone(), c.calls_open.clone());
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {
             let answer = answer.await;
             rec.fact(Fact::ClientAnswered { call, answer });
+            calls_open.fetch_sub(1, Ordering::Relaxed);
         });
     }
     std::future::pending::<()>().await;
