@@ -174,7 +174,7 @@ impl Checker for CallbackKept {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, H, PASS};
+    use crate::testkit::{cases, judged_at, o, owner_of, run_case, three_begun, H, PASS};
     use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::task::TaskKind;
     use leasesim_vocab::truth::Reply;
@@ -258,14 +258,8 @@ mod tests {
     /// time, also after a look that found only another one due.
     #[test]
     fn each_callback_is_judged_at_the_first_record_past_its_due_time() {
-        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
-        let mut h = H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1));
-        for t in 1..=3 {
-            h = h.created(t, TaskKind::Job);
-        }
-        for t in 1..=3 {
-            h = h.begun(10, t, 1, on(t));
-        }
+        let on = owner_of;
+        let mut h = three_begun();
         for t in 1..=3 {
             h = h.at(110).finished(t, 1, on(t), true);
         }
@@ -274,10 +268,8 @@ mod tests {
         let h = h.unpermit(on(1), 1, 1).unpermit(on(2), 2, 1).unpermit(on(3), 3, 1);
         let h = h.at(1_250).heartbeat(o(1, 1)).at(1_550).heartbeat(o(1, 1)).at(1_750).heartbeat(o(1, 1));
         let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
-        let report = crate::testkit::run_case("three callbacks", h.build(), expect);
-        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
-        at.sort();
-        assert_eq!(at, vec![(Some(1), 1_250), (Some(2), 1_750), (Some(3), 1_550)]);
+        let report = run_case("three callbacks", h.build(), expect);
+        assert_eq!(judged_at(&report), vec![(Some(1), 1_250), (Some(2), 1_750), (Some(3), 1_550)]);
     }
 
     cases! {

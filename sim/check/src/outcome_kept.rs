@@ -287,7 +287,7 @@ impl Checker for OutcomeKept {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, fence, o, H, PASS};
+    use crate::testkit::{cases, fence, judged_at, o, owner_of, run_case, three_begun, H, PASS};
     use leasesim_vocab::faults::FaultKind;
     use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::task::TaskKind;
@@ -317,23 +317,16 @@ mod tests {
     /// (the look is skipped until the earliest open deadline passes).
     #[test]
     fn each_deadline_is_judged_at_the_first_record_past_it() {
-        // t1 and t2 on p1.1, t3 on p2.1 (two permits each).
-        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
         let beat = |h: H| h.heartbeat(o(1, 1)).heartbeat(o(2, 1));
-        let mut h = beat(H::new().up(o(1, 1)).up(o(2, 1)));
-        for t in 1..=3 {
-            h = h.created(t, TaskKind::Job).at(10).grant(t, 1, on(t)).permit(on(t), t, 1).started(t, 1, on(t));
-        }
+        let on = owner_of;
         // Bodies return at 100, 1500 and 1000 ms: deadlines 2100, 3500, 3000.
-        let h = h.at(100).finished(1, 1, on(1), true).at(1_000).finished(3, 1, on(3), true);
+        let h = three_begun().at(100).finished(1, 1, on(1), true).at(1_000).finished(3, 1, on(3), true);
         let h = h.at(1_100).unpermit(on(1), 1, 1).at(1_500).finished(2, 1, on(2), true);
         let h = beat(h.at(2_000).unpermit(on(3), 3, 1).at(2_150));
         let h = beat(beat(h.at(2_500).unpermit(on(2), 2, 1).at(3_050)).at(3_550));
         let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
-        let report = crate::testkit::run_case("three deadlines", h.build(), expect);
-        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
-        at.sort();
-        assert_eq!(at, vec![(Some(1), 2_150), (Some(2), 3_550), (Some(3), 3_050)]);
+        let report = run_case("three deadlines", h.build(), expect);
+        assert_eq!(judged_at(&report), vec![(Some(1), 2_150), (Some(2), 3_550), (Some(3), 3_050)]);
     }
 
     cases! {

@@ -254,7 +254,7 @@ impl Checker for PermitLeak {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, H, PASS};
+    use crate::testkit::{cases, judged_at, o, owner_of, run_case, three_begun, H, PASS};
     use leasesim_vocab::op::Op;
     use leasesim_vocab::task::TaskKind;
     use leasesim_vocab::truth::{Sender, HOP_MAX_MS};
@@ -276,25 +276,17 @@ mod tests {
     /// deadline, also after a look that found only another one due.
     #[test]
     fn each_deadline_is_judged_at_the_first_record_past_it() {
-        let on = |t: u64| if t == 3 { o(2, 1) } else { o(1, 1) };
-        let beat = |h: H| h.heartbeat(o(1, 1)).heartbeat(o(2, 1));
-        let mut h = beat(H::new().up(o(1, 1)).up(o(2, 1)));
-        for t in 1..=3 {
-            h = h.created(t, TaskKind::Job).at(10).grant(t, 1, on(t)).permit(on(t), t, 1).started(t, 1, on(t));
-        }
+        let on = owner_of;
         // Bodies return at 100, 1500 and 1000 ms and complete; no permit comes back.
-        let h = h.at(100).finished(1, 1, on(1), true).completed(1, 1, on(1)).callback(1, 1, on(1));
+        let h = three_begun().at(100).finished(1, 1, on(1), true).completed(1, 1, on(1)).callback(1, 1, on(1));
         let h = h.at(1_000).finished(3, 1, on(3), true).completed(3, 1, on(3)).callback(3, 1, on(3));
-        let h = h.at(1_500).finished(2, 1, on(2), true).completed(2, 1, on(2)).callback(2, 1, on(2));
-        let mut h = h;
+        let mut h = h.at(1_500).finished(2, 1, on(2), true).completed(2, 1, on(2)).callback(2, 1, on(2));
         for at_ms in (1_600..=6_000).step_by(50) {
-            h = beat(h.at(at_ms));
+            h = h.at(at_ms).heartbeat(o(1, 1)).heartbeat(o(2, 1));
         }
         let expect = &[(NAME, Some(1)), (NAME, Some(2)), (NAME, Some(3))];
-        let report = crate::testkit::run_case("three permits", h.build(), expect);
-        let mut at: Vec<(Option<u64>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
-        at.sort();
-        assert_eq!(at, vec![(Some(1), 1_650), (Some(2), 3_050), (Some(3), 2_550)]);
+        let report = run_case("three permits", h.build(), expect);
+        assert_eq!(judged_at(&report), vec![(Some(1), 1_650), (Some(2), 3_050), (Some(3), 2_550)]);
     }
 
     cases! {

@@ -107,6 +107,36 @@ pub fn fence(task: TaskId, attempt: u32, owner: Owner) -> Fence {
     Fence { task, attempt, owner }
 }
 
+/// The owner of task `t` in [`three_begun`]: t1 and t2 on p1.1, t3 on p2.1.
+pub fn owner_of(t: TaskId) -> Owner {
+    if t == 3 {
+        o(2, 1)
+    } else {
+        o(1, 1)
+    }
+}
+
+/// Three jobs created at 0 ms and begun at 10 ms on [`owner_of`] (two
+/// permits each), p1.1 and p2.1 up and heartbeating from 0 ms: the world of
+/// the cases that hold a deadline skip to the earliest of several deadlines.
+pub fn three_begun() -> H {
+    let mut h = H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1));
+    for t in 1..=3 {
+        h = h.created(t, TaskKind::Job);
+    }
+    for t in 1..=3 {
+        h = h.begun(10, t, 1, owner_of(t));
+    }
+    h
+}
+
+/// The violations of `report` as (task, when), sorted.
+pub fn judged_at(report: &Report) -> Vec<(Option<TaskId>, u64)> {
+    let mut at: Vec<(Option<TaskId>, u64)> = report.violations.iter().map(|v| (v.task, v.at_ms)).collect();
+    at.sort();
+    at
+}
+
 /// What a case expects of the whole report: exactly these (invariant, task)
 /// violations, no more and no fewer.
 pub type Expect = &'static [(&'static str, Option<TaskId>)];
