@@ -183,8 +183,9 @@ pub enum ClientAnswer {
 }
 
 /// The shortest and longest one-way trip between a process and the store
-/// over the harness's store link, in the sender's running time (a process
-/// paused on the way resumes the trip where it stopped).
+/// over the harness's store link. A pause does not hold a request on its
+/// way out (the world pauses a process once what it sent has left); an
+/// answer to a paused process waits for it to run again.
 pub const HOP_MIN_MS: u64 = 1;
 pub const HOP_MAX_MS: u64 = 10;
 

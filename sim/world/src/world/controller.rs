@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProcState {
     Up,
+    /// A pause was ordered while a request of the process was on its way
+    /// out (see [`Controller::hop_out`]); it takes effect once that request
+    /// has left.
+    PausePending,
     Paused,
     Down,
 }
@@ -24,6 +28,8 @@ struct Proc {
     node: NodeId,
     incarnation: Arc<AtomicU32>,
     state: ProcState,
+    /// Requests of the live incarnation now on their first hop.
+    hops_out: u32,
 }
 
 pub struct Controller {
@@ -38,7 +44,7 @@ impl Controller {
     }
 
     pub fn add_worker(&self, proc: ProcId, node: NodeId, incarnation: Arc<AtomicU32>) {
-        self.procs.lock().expect("procs").insert(proc, Proc { node, incarnation, state: ProcState::Up });
+        self.procs.lock().expect("procs").insert(proc, Proc { node, incarnation, state: ProcState::Up, hops_out: 0 });
     }
 
     pub fn node_ids(&self) -> Vec<NodeId> {
@@ -60,19 +66,25 @@ impl Controller {
     /// Kills the process (its tasks, permits and open calls vanish).
     /// Returns false if it was already down.
     pub fn kill(&self, proc: ProcId) -> bool {
-        let mut procs = self.procs.lock().expect("procs");
-        let Some(p) = procs.get_mut(&proc) else {
-            return false;
+        let node = {
+            let mut procs = self.procs.lock().expect("procs");
+            let Some(p) = procs.get_mut(&proc) else {
+                return false;
+            };
+            if p.state == ProcState::Down {
+                return false;
+            }
+            if p.state == ProcState::Paused {
+                Self::handle().resume(p.node);
+            }
+            p.state = ProcState::Down;
+            p.hops_out = 0;
+            self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
+            p.node
         };
-        if p.state == ProcState::Down {
-            return false;
-        }
-        if p.state == ProcState::Paused {
-            Self::handle().resume(p.node);
-        }
-        Self::handle().kill(p.node);
-        p.state = ProcState::Down;
-        self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
+        // Outside the lock: killing drops the node's tasks, and a request
+        // dropped on its first hop gives its hop back (`hop_in`).
+        Self::handle().kill(node);
         true
     }
 
@@ -88,6 +100,7 @@ impl Controller {
             return false;
         }
         p.state = ProcState::Down;
+        p.hops_out = 0;
         self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
         true
     }
@@ -109,6 +122,16 @@ impl Controller {
         Self::handle().restart(node);
     }
 
+    /// Pauses the process, once every request it has sent has left it.
+    ///
+    /// A request the engine has sent is out of its hands: a real process
+    /// frozen after its write does not freeze the bytes on the wire. The
+    /// link's first hop runs in the sender's task, so a pause landing in
+    /// that hop would hold the request for the whole pause while the
+    /// sender's deadline, started before, runs on (swarm seed 5006087: an
+    /// index pass sent at 61689 ms reached the store at 100348 ms, its
+    /// worker gave up on it at 100689 ms). The pause waits for those hops
+    /// (at most `HOP_MAX_MS`) instead.
     pub fn pause(&self, proc: ProcId) {
         let mut procs = self.procs.lock().expect("procs");
         let Some(p) = procs.get_mut(&proc) else {
@@ -117,9 +140,44 @@ impl Controller {
         if p.state != ProcState::Up {
             return;
         }
+        if p.hops_out > 0 {
+            p.state = ProcState::PausePending;
+            return;
+        }
+        Self::pause_now(&self.rec, proc, p);
+    }
+
+    fn pause_now(rec: &Recorder, proc: ProcId, p: &mut Proc) {
         Self::handle().pause(p.node);
         p.state = ProcState::Paused;
-        self.rec.world(WorldEvent::ProcessPaused { proc });
+        rec.world(WorldEvent::ProcessPaused { proc });
+    }
+
+    /// A request of `owner` starts its first hop: until it has left, the
+    /// process is not paused.
+    pub fn hop_out(&self, owner: Owner) {
+        let mut procs = self.procs.lock().expect("procs");
+        if let Some(p) = procs.get_mut(&owner.proc) {
+            if Self::owner(owner.proc, p) == owner && p.state != ProcState::Down {
+                p.hops_out += 1;
+            }
+        }
+    }
+
+    /// A request of `owner` has left (or was dropped before it left); a
+    /// pause ordered meanwhile takes effect once none is left on its way.
+    pub fn hop_in(&self, owner: Owner) {
+        let mut procs = self.procs.lock().expect("procs");
+        let Some(p) = procs.get_mut(&owner.proc) else {
+            return;
+        };
+        if Self::owner(owner.proc, p) != owner || p.state == ProcState::Down {
+            return;
+        }
+        p.hops_out = p.hops_out.saturating_sub(1);
+        if p.hops_out == 0 && p.state == ProcState::PausePending {
+            Self::pause_now(&self.rec, owner.proc, p);
+        }
     }
 
     pub fn resume(&self, proc: ProcId) {
@@ -127,12 +185,16 @@ impl Controller {
         let Some(p) = procs.get_mut(&proc) else {
             return;
         };
-        if p.state != ProcState::Paused {
-            return;
+        match p.state {
+            // The pause never took effect: nothing to undo.
+            ProcState::PausePending => p.state = ProcState::Up,
+            ProcState::Paused => {
+                Self::handle().resume(p.node);
+                p.state = ProcState::Up;
+                self.rec.world(WorldEvent::ProcessResumed { proc });
+            }
+            ProcState::Up | ProcState::Down => {}
         }
-        Self::handle().resume(p.node);
-        p.state = ProcState::Up;
-        self.rec.world(WorldEvent::ProcessResumed { proc });
     }
 
     /// Is the process cut off from the network now (the store link drops

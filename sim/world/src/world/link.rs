@@ -17,7 +17,7 @@
 
 use super::controller::Controller;
 use crate::engine::EngineUnderTest;
-use leasesim_vocab::ids::ProcId;
+use leasesim_vocab::ids::{Owner, ProcId};
 use leasesim_vocab::truth::Sender;
 use rand::Rng;
 use std::sync::Arc;
@@ -62,6 +62,34 @@ pub fn hop() -> Duration {
     Duration::from_millis(madsim::rand::thread_rng().gen_range(HOP_MIN_MS..=HOP_MAX_MS))
 }
 
+/// A worker's request on its first hop, counted by the controller while
+/// it lasts.
+struct HopOut<'a> {
+    control: &'a Controller,
+    owner: Option<Owner>,
+}
+
+impl<'a> HopOut<'a> {
+    fn new(control: &'a Controller, from: Sender) -> Self {
+        let owner = match from {
+            Sender::Worker(owner) => Some(owner),
+            Sender::Client(_) => None,
+        };
+        if let Some(owner) = owner {
+            control.hop_out(owner);
+        }
+        HopOut { control, owner }
+    }
+}
+
+impl Drop for HopOut<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner {
+            self.control.hop_in(owner);
+        }
+    }
+}
+
 /// A process's end of the link to the store.
 pub struct Link<E: EngineUnderTest> {
     to_store: mpsc::UnboundedSender<Envelope<E>>,
@@ -102,7 +130,13 @@ impl<E: EngineUnderTest> Link<E> {
     /// Sends `req` to the store and waits for its answer, for ever if the
     /// request or the answer is lost (the caller's deadline decides).
     pub async fn call(&self, req: E::Request) -> E::Response {
-        tokio::time::sleep(hop()).await;
+        {
+            // A pause waits until the request has left (see
+            // `Controller::pause`); the guard also gives the hop back when
+            // the caller drops the call before it left.
+            let _out = HopOut::new(&self.control, self.from);
+            tokio::time::sleep(hop()).await;
+        }
         // A partition drops what crosses it: decided when the request
         // reaches the other side.
         if self.cut_off() {
