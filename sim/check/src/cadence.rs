@@ -8,6 +8,20 @@
 //! counted from when the engine noticed the failure, itself at most
 //! `late_ms` after the answer.
 //!
+//! Two things the world does to a process change what the store seam can
+//! know of that schedule, and are taken exactly as they are:
+//! - A process cut off from the network loses every request it sends, with
+//!   no trace at the store, and every answer sent to it: each such pass
+//!   failed to the engine, and counts towards its failures in a row. Once
+//!   the process was cut off since the previous pass of a kind arrived, the
+//!   checker knows only a floor of that count, until a pass is done; the
+//!   wait after a failed pass is then the longest the promise allows after
+//!   any number of failures, its backoff cap.
+//! - A process's clock never reads below zero (`SimClock`): one set back
+//!   further than the world's time stands at zero until the world catches
+//!   up. The wait is counted on that clock, so it runs from the later of the
+//!   answer and the moment the clock leaves zero.
+//!
 //! Judged at the store seam alone (arrivals and answers of the requests that
 //! start each pass, [`PassKind::of`]; a pipeline pass lasts until each of
 //! its stage enqueues is answered or past its RPC deadline) and process
@@ -39,8 +53,10 @@ enum Beat {
     /// A pass is at the store, not yet answered.
     InFlight { req: u64, arrived_ms: u64 },
     /// The store answered the pass that arrived at `arrived_ms` at
-    /// `answered_ms`; the next must arrive by `due_ms`.
-    Waiting { arrived_ms: u64, answered_ms: u64, due_ms: u64 },
+    /// `answered_ms`; the wait runs from `from_ms` (the answer, or later if
+    /// the process's clock stood at zero then); the next must arrive by
+    /// `due_ms`.
+    Waiting { arrived_ms: u64, answered_ms: u64, from_ms: u64, due_ms: u64 },
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -48,6 +64,12 @@ struct Track {
     beat: Option<Beat>,
     /// Passes that failed in a row, to the engine's knowledge at most.
     failed: u32,
+    /// The process was cut off since a pass arrived: passes the store never
+    /// saw may have failed too, so `failed` is only a floor until a pass is
+    /// done.
+    unseen_failures: bool,
+    /// When the last pass of this kind reached the store.
+    arrived_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -55,6 +77,9 @@ pub struct PassCadence {
     tracks: BTreeMap<(Owner, PassKind), Track>,
     /// Per process: when its clock last moved.
     clock_moved_ms: BTreeMap<ProcId, u64>,
+    /// Per process: until when its clock stands at zero (an offset further
+    /// back than the world's time; a process's clock never reads below zero).
+    clock_zero_until_ms: BTreeMap<ProcId, u64>,
     evaluations: u64,
 }
 
@@ -62,10 +87,13 @@ fn cadence(ctx: &Ctx, kind: PassKind) -> Option<Cadence> {
     ctx.promises().cadences.iter().find(|c| c.pass == kind).copied()
 }
 
-/// The longest wait after a pass, `failed` passes having failed in a row.
-fn wait_ms(c: &Cadence, failed: u32) -> u64 {
+/// The longest wait after a pass, `failed` passes having failed in a row
+/// (`unseen`: and perhaps more the store never saw).
+fn wait_ms(c: &Cadence, failed: u32, unseen: bool) -> u64 {
     match failed {
         0 => c.interval_ms,
+        // Any number of failures waits at most the cap.
+        _ if unseen => c.backoff_cap_ms.max(c.interval_ms) + c.late_ms,
         k => c.interval_ms.saturating_mul(1 << (k - 1).min(20)).min(c.backoff_cap_ms).max(c.interval_ms) + c.late_ms,
     }
 }
@@ -79,20 +107,32 @@ impl PassCadence {
         store_down || clock_moved || !ctx.view.live_throughout(owner, from, now)
     }
 
+    /// When the wait after an answer at `answered_ms` starts to run on
+    /// `owner`'s clock: once its clock has left zero.
+    fn wait_from_ms(&self, owner: Owner, answered_ms: u64) -> u64 {
+        self.clock_zero_until_ms.get(&owner.proc).map_or(answered_ms, |&until| answered_ms.max(until))
+    }
+
     /// Reports `owner`'s pass of `kind` if it was due before `now`, and
     /// forgets the wait either way.
     fn judge_due(&mut self, now: u64, owner: Owner, kind: PassKind, ctx: &Ctx, out: &mut Vec<Violation>) {
         let Some(track) = self.tracks.get_mut(&(owner, kind)) else { return };
-        let Some(Beat::Waiting { arrived_ms, answered_ms, due_ms }) = track.beat else { return };
+        let Some(Beat::Waiting { arrived_ms, answered_ms, from_ms, due_ms }) = track.beat else { return };
         track.beat = None;
-        let failed = track.failed;
+        let (failed, unseen) = (track.failed, track.unseen_failures);
         self.evaluations += 1;
         if now <= due_ms || self.excused(owner, arrived_ms, now, ctx) {
             return;
         }
         let what = match failed {
             0 => "its interval".to_string(),
+            k if unseen => format!("its backoff cap after {k} or more failed passes in a row"),
             k => format!("its backoff after {k} failed passes in a row"),
+        };
+        let counted = if from_ms > answered_ms {
+            format!(", counted from {from_ms} ms, when its clock left zero")
+        } else {
+            String::new()
         };
         out.push(
             Violation::new(
@@ -100,7 +140,7 @@ impl PassCadence {
                 now,
                 format!(
                     "{owner} sent no {} pass between {answered_ms} ms, when the store answered its previous one, and \
-                     {now} ms ({} ms; allowed {} ms: {what}, + {} ms late)",
+                     {now} ms ({} ms; allowed {} ms: {what}, + {} ms late{counted})",
                     kind.name(),
                     now - answered_ms,
                     due_ms - answered_ms,
@@ -127,11 +167,20 @@ impl PassCadence {
             return;
         }
         self.judge_due(now, owner, kind, ctx, out);
+        let up_ms = ctx.view.owner(owner).and_then(|o| o.up_ms).unwrap_or(0);
         let track = self.tracks.entry((owner, kind)).or_default();
         if let Some(Beat::InFlight { .. }) = track.beat {
             // The engine stopped waiting for the previous one: a failure.
             track.failed += 1;
         }
+        // Cut off since the previous pass arrived (or the process came up):
+        // a pass it sent then never arrived, and an answer sent to it then
+        // never came back; either failed to the engine unseen here.
+        let since_ms = track.arrived_ms.unwrap_or(up_ms);
+        if ctx.view.procs.get(&owner.proc).is_some_and(|p| p.partitioned_between(since_ms, now)) {
+            track.unseen_failures = true;
+        }
+        track.arrived_ms = Some(now);
         track.beat = Some(Beat::InFlight { req, arrived_ms: now });
     }
 
@@ -151,10 +200,14 @@ impl PassCadence {
         let in_time = now - arrived_ms + promise::NET_LATENCY_MAX_MS < ctx.promises().rpc_timeout_ms;
         let done = a.reply == Reply::Sent && in_time && !matches!(a.response, Response::Rejected { .. });
         track.failed = if done { 0 } else { track.failed + 1 };
+        track.unseen_failures &= !done;
+        let (failed, unseen) = (track.failed, track.unseen_failures);
+        let from_ms = self.wait_from_ms(owner, now);
+        let Some(track) = self.tracks.get_mut(&(owner, kind)) else { return };
         track.beat = match a.reply {
             Reply::Sent => {
-                let due_ms = now + wait_ms(&c, track.failed) + c.late_ms;
-                Some(Beat::Waiting { arrived_ms, answered_ms: now, due_ms })
+                let due_ms = from_ms + wait_ms(&c, failed, unseen) + c.late_ms;
+                Some(Beat::Waiting { arrived_ms, answered_ms: now, from_ms, due_ms })
             }
             Reply::Lost | Reply::Late => None,
         };
@@ -171,10 +224,14 @@ impl PassCadence {
             return;
         }
         track.failed += 1;
+        let (failed, unseen) = (track.failed, track.unseen_failures);
+        let from_ms = self.wait_from_ms(owner, now);
+        let Some(track) = self.tracks.get_mut(&(owner, kind)) else { return };
         track.beat = refused.then(|| Beat::Waiting {
             arrived_ms,
             answered_ms: now,
-            due_ms: now + wait_ms(&c, track.failed) + c.late_ms,
+            from_ms,
+            due_ms: from_ms + wait_ms(&c, failed, unseen) + c.late_ms,
         });
     }
 
@@ -201,8 +258,16 @@ impl Checker for PassCadence {
         let now = rec.at_ms;
         match &rec.entry {
             Entry::World(WorldEvent::ProcessKilled { owner }) => self.stopped(now, *owner, ctx, out),
-            Entry::World(WorldEvent::ClockOffset { proc, .. }) => {
+            Entry::World(WorldEvent::ClockOffset { proc, offset_ms }) => {
                 self.clock_moved_ms.insert(*proc, now);
+                // Set back further than the world's time, the clock reads
+                // zero until the world's time reaches the offset.
+                let zero_until_ms = offset_ms.checked_neg().map_or(0, |back| back.max(0) as u64);
+                if zero_until_ms > now {
+                    self.clock_zero_until_ms.insert(*proc, zero_until_ms);
+                } else {
+                    self.clock_zero_until_ms.remove(proc);
+                }
             }
             Entry::Truth(Fact::Arrived { req, from, request, duplicate: false }) => {
                 if let Op::Deregister { owner } = request {
@@ -243,6 +308,7 @@ impl Checker for PassCadence {
 mod tests {
     use super::NAME;
     use crate::testkit::{o, run_case_in, spec, Expect, H, PASS};
+    use leasesim_vocab::faults::FaultKind;
     use leasesim_vocab::history::Record;
     use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::promise::{Cadence, PassKind};
@@ -295,6 +361,40 @@ mod tests {
 
     fn rejected() -> Response {
         Response::Rejected { reason: Refusal::TimedOut }
+    }
+
+    /// swarm seed 2252's shape: a done pass at 1 200; cut off 5 000-20 000,
+    /// when the engine's next pass was lost unseen (its first failure);
+    /// a pass refused at 40 000 by a serialization failure (its second);
+    /// then the next at `next_ms`.
+    fn refused_after_a_cut_off(next_ms: u64) -> Vec<Record> {
+        let h = held(H::new().up(o(1, 1)).at(1_000), maintain(), 200, Response::Ack)
+            .at(5_000)
+            .partitioned(1)
+            .at(20_000)
+            .rejoined(1);
+        let (h, req) = h.at(40_000).arrive(W, maintain());
+        let conflict = Response::Rejected { reason: Refusal::Conflict };
+        h.fact(Fact::Refused { req, response: conflict, fault: Some(FaultKind::SerializationFailure) })
+            .at(next_ms)
+            .answer(W, maintain(), Response::Ack, vec![], &[])
+            .at(next_ms + 1_000)
+            .heal()
+            .end()
+            .build()
+    }
+
+    /// a-index-builds seed 103745's shape: p1's clock set back 1 832 ms at
+    /// 0, so it reads zero until 1 832; a done pass answered at 206; the
+    /// next at `next_ms`.
+    fn after_a_clock_at_zero(next_ms: u64) -> Vec<Record> {
+        held(H::new().offset(1, -1_832).up(o(1, 1)).at(6), maintain(), 200, Response::Ack)
+            .at(next_ms)
+            .answer(W, maintain(), Response::Ack, vec![], &[])
+            .at(next_ms + 1_000)
+            .heal()
+            .end()
+            .build()
     }
 
     cadence_cases! {
@@ -406,6 +506,36 @@ mod tests {
                     .at(25_000).end().build()
             }
             => PASS;
+        passes_lost_while_cut_off_leave_the_failures_unknown:
+            // Two failures (one unseen) wait 10 000, which one seen failure
+            // does not allow: 40 000 + 10 000 + 2 000 (noticed) + 2 000.
+            refused_after_a_cut_off(54_000)
+            => PASS;
+        after_unseen_failures_the_wait_is_the_backoff_cap:
+            // 40 000 + 60 000 + 2 000 + 2 000 = 104 000.
+            refused_after_a_cut_off(104_001)
+            => LATE;
+        a_done_pass_after_a_cut_off_counts_failures_again:
+            // Done at 41 000 after the cut; refused at 47 000: its first
+            // failure, 47 000 + 5 000 + 2 000 + 2 000 = 56 000.
+            {
+                let h = held(H::new().up(o(1, 1)).at(1_000), maintain(), 200, Response::Ack)
+                    .at(5_000).partitioned(1).at(20_000).rejoined(1)
+                    .at(41_000).answer(W, maintain(), Response::Ack, vec![], &[]);
+                let (h, req) = h.at(47_000).arrive(W, maintain());
+                h.fact(Fact::Refused { req, response: rejected(), fault: None })
+                    .at(56_001).answer(W, maintain(), Response::Ack, vec![], &[])
+                    .at(57_000).heal().end().build()
+            }
+            => LATE;
+        a_clock_at_zero_holds_the_wait_until_it_runs:
+            // The wait runs from 1 832: 1 832 + 5 000 + 2 000 = 8 832, past
+            // 206 + 5 000 + 2 000 = 7 206 from the answer.
+            after_a_clock_at_zero(8_832)
+            => PASS;
+        a_pass_late_once_the_clock_left_zero:
+            after_a_clock_at_zero(8_833)
+            => LATE;
         a_lost_answer_is_not_judged:
             healed().at(11_000).answer_as(Reply::Lost, W, repair(), Response::Released { tasks: 0 }, vec![], &[])
                 .at(30_000).end().build()
