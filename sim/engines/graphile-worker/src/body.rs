@@ -44,7 +44,11 @@ impl TaskHandler for LeasesimJob {
             .unwrap_or_else(|| seam.book.granted(task));
         let fence = Fence { task, attempt, owner: seam.owner };
         seam.book.ran(task, attempt, seam.owner);
-        seam.handler.run(fence, TaskKind::Job).await.map_err(|e| match e {
+        let result = seam.handler.run(fence, TaskKind::Job).await;
+        // The outcome graphile sends next, from this process, is this
+        // attempt's: the driver stamps it with this fence.
+        seam.book.returned(fence);
+        result.map_err(|e| match e {
             TaskError::Conflict => "leasesim: conflict",
             TaskError::Fatal => "leasesim: fatal",
         })

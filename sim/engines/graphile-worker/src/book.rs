@@ -25,6 +25,11 @@ struct Inner {
     latest: BTreeMap<(TaskId, Owner), u32>,
     /// The latest attempt whose body each owner started, of each job.
     ran: BTreeMap<(TaskId, Owner), u32>,
+    /// The attempt whose body last returned on each owner, until that
+    /// process sends its next statement: graphile sends an attempt's
+    /// outcome in the same poll as its handler returns, so that statement
+    /// is this attempt's outcome (see [`Book::returned`]).
+    returned: BTreeMap<Owner, Fence>,
 }
 
 /// Shared by a world's store seam, workers and client.
@@ -75,9 +80,34 @@ impl Book {
         self.inner().ran.insert((task, owner), attempt);
     }
 
-    /// The attempt an outcome of `owner` for `task` speaks for: graphile
-    /// writes an outcome only for a job it ran, so the latest attempt whose
-    /// body ran on that owner; else its latest grant (attempt 0 if none).
+    /// The body of `fence`'s attempt returned (the task-body seam, as the
+    /// handler hands its result back to graphile).
+    ///
+    /// Why this and not the latest attempt that ran: a worker recovered by
+    /// a sweep while alive (paused, partitioned) can claim its own job again
+    /// and run it while the first run's handler is still out; the first
+    /// run's outcome then comes after the second run started, under the
+    /// same worker id, and graphile's statements name only the job and the
+    /// worker. Between the handler returning and `complete_job` /
+    /// `fail_job` being sent graphile does not yield (no hooks, no batcher:
+    /// `run_and_release_job`), so the next statement the process sends is
+    /// this attempt's outcome.
+    pub fn returned(&self, fence: Fence) {
+        self.inner().returned.insert(fence.owner, fence);
+    }
+
+    /// The attempt whose body returned on `owner` since its last statement,
+    /// taken by the statement being sent now (the driver, at send time: the
+    /// link may reorder statements on their way to the store).
+    pub fn take_returned(&self, owner: Owner) -> Option<Fence> {
+        self.inner().returned.remove(&owner)
+    }
+
+    /// The attempt an outcome of `owner` for `task` speaks for, when the
+    /// statement did not carry the attempt whose body had just returned
+    /// ([`Book::returned`]): graphile writes an outcome only for a job it
+    /// ran, so the latest attempt whose body ran on that owner; else its
+    /// latest grant (attempt 0 if none).
     pub fn fence_of(&self, task: TaskId, owner: Owner) -> Fence {
         let inner = self.inner();
         let attempt = inner.ran.get(&(task, owner)).or(inner.latest.get(&(task, owner))).copied().unwrap_or(0);

@@ -19,7 +19,7 @@ pub async fn call(cfg: GraphileConfig, c: ClientWorld<Graphile>, action: Action)
         // index queries: graphile has neither.
         unreachable!("graphile's workload only enqueues jobs");
     };
-    let db = SimDatabase::new(c.link, None, cfg.connection_timeout_ms, c.rec);
+    let db = SimDatabase::new(c.link, None, cfg.connection_timeout_ms, c.rec, c.shared);
     let utils = WorkerUtils::new(graphile_worker::Database::new(db), SCHEMA);
     let job_spec = JobSpec {
         queue_name: spec.queue.map(queue_name),

@@ -12,12 +12,13 @@
 //!   deadline with SQLSTATE 08006, and its effect is unknown to the caller;
 //! - no LISTEN/NOTIFY (`listen` answers `None`): workers poll.
 
+use crate::book::Book;
 use crate::Graphile;
 use graphile_worker_database::{
     BoxFuture, DatabaseDriver, DbError, DbExecutor, DbParams, DbRow, DbTransaction, TransactionDriver,
 };
 use leasesim_graphile_model::Output;
-use leasesim_vocab::ids::{Owner, TxnId};
+use leasesim_vocab::ids::{Fence, Owner, TxnId};
 use leasesim_vocab::truth::{Fact, TxnSend};
 use leasesim_world::history::Recorder;
 use leasesim_world::world::link::Link;
@@ -34,6 +35,11 @@ pub enum Statement {
         txn: Option<TxnId>,
         sql: Arc<str>,
         params: DbParams,
+        /// The attempt whose body returned on the sending process since its
+        /// previous statement ([`Book::returned`]): if this is an outcome,
+        /// the attempt it speaks for. The harness's note, read only by the
+        /// classifier; PostgreSQL sees no such thing.
+        returned: Option<Fence>,
     },
     Commit {
         txn: TxnId,
@@ -59,6 +65,7 @@ pub struct SimDatabase {
     next_txn: Arc<AtomicU64>,
     deadline: Duration,
     rec: Recorder,
+    book: Book,
 }
 
 impl std::fmt::Debug for SimDatabase {
@@ -68,13 +75,14 @@ impl std::fmt::Debug for SimDatabase {
 }
 
 impl SimDatabase {
-    pub fn new(link: Link<Graphile>, owner: Option<Owner>, deadline_ms: u64, rec: Recorder) -> Self {
+    pub fn new(link: Link<Graphile>, owner: Option<Owner>, deadline_ms: u64, rec: Recorder, book: Book) -> Self {
         SimDatabase {
             link,
             owner,
             next_txn: Arc::new(AtomicU64::new(1)),
             deadline: Duration::from_millis(deadline_ms),
             rec,
+            book,
         }
     }
 
@@ -90,7 +98,10 @@ impl SimDatabase {
     }
 
     async fn run(&self, txn: Option<TxnId>, sql: &str, params: DbParams) -> Answer {
-        self.call(Statement::Run { txn, sql: sql.into(), params }).await
+        // Taken when graphile hands the statement over, before the link's
+        // hop: statements may reach the store in another order than sent.
+        let returned = self.owner.and_then(|owner| self.book.take_returned(owner));
+        self.call(Statement::Run { txn, sql: sql.into(), params, returned }).await
     }
 }
 

@@ -128,6 +128,10 @@ impl Engine for Graphile {
             // schedule, which is not modelled here yet: no cadence is
             // declared, and pass-cadence does not apply (`periodic_passes`).
             cadences: Vec::new(),
+            // The store process closes a replaced process's connections
+            // before it serves any request of a newer incarnation
+            // (`GraphileStore::housekeeping`).
+            replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
         }
     }
 

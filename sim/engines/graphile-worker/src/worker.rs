@@ -16,7 +16,8 @@ use leasesim_world::engine::WorkerWorld;
 use std::time::Duration;
 
 pub async fn run(cfg: GraphileConfig, w: WorkerWorld<Graphile>) {
-    let db = SimDatabase::new(w.link.clone(), Some(w.owner), cfg.connection_timeout_ms, w.rec.clone());
+    let db =
+        SimDatabase::new(w.link.clone(), Some(w.owner), cfg.connection_timeout_ms, w.rec.clone(), w.shared.clone());
     let body = BodySeam { handler: w.body.clone(), book: w.shared.clone(), owner: w.owner };
     match options(&cfg, db, body).init().await {
         Ok(worker) => {
