@@ -36,6 +36,10 @@ pub struct Entry {
     pub comment: String,
     /// A built-in scenario name or a scenario file path.
     pub scenario: String,
+    /// Any u64 (guided campaigns draw seeds over all of it). TOML integers
+    /// stop at i64's range, so a seed above it is written as a string of
+    /// digits; either form is read.
+    #[serde(with = "seed_toml")]
     pub seed: u64,
     /// The engine's defect switches that were on (`cargo sim list`).
     #[serde(default)]
@@ -54,6 +58,50 @@ pub struct Entry {
     /// A whole world inline (a shrunk scenario); replaces `scenario`'s file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<scenario::Scenario>,
+}
+
+/// A u64 in TOML: an integer up to `i64::MAX`, a string of decimal digits
+/// above it (`"18446744073709551615"`), so every seed round-trips.
+mod seed_toml {
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(seed: &u64, s: S) -> Result<S::Ok, S::Error> {
+        match i64::try_from(*seed) {
+            Ok(small) => s.serialize_i64(small),
+            Err(_) => s.serialize_str(&seed.to_string()),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(SeedVisitor)
+    }
+
+    struct SeedVisitor;
+
+    impl Visitor<'_> for SeedVisitor {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(
+                "a seed from 0 to 18446744073709551615 (an integer, or a string of digits above 9223372036854775807)",
+            )
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+            digits.then(|| v.parse().ok()).flatten().ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
+        }
+    }
 }
 
 /// What can be expected of a run.
@@ -208,8 +256,11 @@ impl Entry {
         ))
     }
 
-    pub fn to_toml(&self) -> String {
-        toml::to_string(self).expect("entries serialize")
+    /// The entry as TOML. Every field of an entry fits TOML (a seed above
+    /// i64's range as a string); an error here names the field that does
+    /// not, and the caller reports it rather than losing the run.
+    pub fn to_toml(&self) -> Result<String, String> {
+        toml::to_string(self).map_err(|e| format!("cannot write the entry as TOML: {e}"))
     }
 }
 
@@ -228,8 +279,9 @@ pub fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// sees half an entry.
 pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+    let text = entry.to_toml().map_err(|e| format!("{}: {e}", dir.join(format!("{stem}.toml")).display()))?;
     let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
-    if let Err(e) = crate::export::write_synced(&tmp, entry.to_toml().as_bytes()) {
+    if let Err(e) = crate::export::write_synced(&tmp, text.as_bytes()) {
         // A full disk leaves no partial temp file behind, and the error
         // names the entry, not a hidden temp file.
         let _ = std::fs::remove_file(&tmp);
@@ -260,7 +312,7 @@ pub fn save_new(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String
 /// answers that file. A test that saves its failures can run again and
 /// again without piling up copies; nothing is ever overwritten.
 pub fn save_once(dir: &Path, stem: &str, entry: &Entry) -> Result<PathBuf, String> {
-    let text = entry.to_toml();
+    let text = entry.to_toml().map_err(|e| format!("{}: {e}", dir.join(format!("{stem}.toml")).display()))?;
     for n in 1..1000 {
         let name = if n == 1 { format!("{stem}.toml") } else { format!("{stem}-{n}.toml") };
         match std::fs::read_to_string(dir.join(&name)) {
