@@ -13,8 +13,11 @@ pub struct BenchArgs {
     /// (all of speed, phases, memory, scaling and time to find, as one table
     /// and a JSON file) or `compare` (this build against `--baseline`, side by
     /// side) or `judge` (what each checker and the coverage points cost per
-    /// seed, over the same histories). Example: bench suite
-    #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare", "judge"])]
+    /// seed, over the same histories) or `false-alarms` (the correct
+    /// engine over a fresh random range of seeds of every built-in
+    /// scenario: runs, failures and the 95% bound they give; the range is
+    /// printed first so it replays). Example: bench suite
+    #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare", "judge", "false-alarms"])]
     pub what: String,
     /// Throughput: the scenario. Example: --scenario swarm
     #[arg(long, default_value = "swarm")]
@@ -38,8 +41,8 @@ pub struct BenchArgs {
     /// (e.g. `swarm`). Example: --on swarm
     #[arg(long)]
     pub on: Option<String>,
-    /// Find: also measure guided campaigns (`fuzz --guided`), side by side.
-    /// Example: --guided
+    /// Find: also measure guided campaigns (`fuzz --guided`), side by side;
+    /// false-alarms: run the range guided. Example: --guided
     #[arg(long)]
     pub guided: bool,
     /// Coverage: seeds of the plain reference campaign (over every built-in
@@ -53,6 +56,14 @@ pub struct BenchArgs {
     /// Find: only these defects (repeatable; default all).
     #[command(flatten)]
     pub defects: super::common::DefectArgs,
+    /// False-alarms: start here instead of a fresh random start (to replay
+    /// a measurement). Example: --seed-start 4153377261544070146
+    #[arg(long)]
+    pub seed_start: Option<u64>,
+    /// False-alarms: failures are saved here as corpus entries (never
+    /// overwritten). Example: --save /tmp/false-alarms
+    #[arg(long, value_name = "DIR", default_value = "target/leasesim-failures")]
+    pub save: std::path::PathBuf,
     /// Jobs (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -70,7 +81,9 @@ pub struct BenchArgs {
     /// know. Example: --baseline-scenario /tmp/swarm-3b4af0f.toml
     #[arg(long, value_name = "SCENARIO")]
     pub baseline_scenario: Option<String>,
-    /// Suite: where to write the JSON. Example: --out target/bench-suite.json
+    /// Suite and false-alarms: where to write the JSON (false-alarms
+    /// appends one line per measurement, so chunks of a long campaign add
+    /// up; default target/bench-false-alarms.jsonl). Example: --out target/bench-suite.json
     #[arg(long, default_value = "target/bench-suite.json")]
     pub out: std::path::PathBuf,
     /// Suite: seeds of the memory campaign (swarm); the early peak is read
@@ -94,6 +107,9 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
     if args.baseline_scenario.is_some() && args.what != "compare" {
         return Err("--baseline-scenario: only bench compare runs a baseline".into());
     }
+    if args.seed_start.is_some() && args.what != "false-alarms" {
+        return Err("--seed-start: only bench false-alarms takes a seed start".into());
+    }
     if let Some(on) = &args.on {
         targets(on).map_err(|e| format!("--on: {e}"))?;
     }
@@ -102,6 +118,7 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         "throughput" => throughput(&args, jobs),
         "coverage" => coverage(&args, jobs),
         "judge" => judge(&args),
+        "false-alarms" => false_alarms(&args, jobs),
         "compare" => {
             let baseline = args.baseline.as_deref().ok_or("--baseline: compare needs the other build's executable")?;
             let job_counts = if jobs == 1 { vec![1] } else { vec![1, jobs] };
@@ -111,6 +128,60 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         }
         _ => find(&args, jobs),
     }
+}
+
+/// The correct engine over a fresh range: one JSON line appended to
+/// `--out`, a table (or the line) on stdout; exit 1 if anything failed.
+fn false_alarms(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+    use super::bench_false_alarms::{fresh_start, measure};
+    let seeds = args.seeds.unwrap_or(2_000);
+    let start = match args.seed_start {
+        Some(s) => s,
+        None => fresh_start()?,
+    };
+    start.checked_add(seeds - 1).ok_or("--seeds: the range runs past the last seed")?;
+    let out = if args.out == std::path::Path::new("target/bench-suite.json") {
+        std::path::PathBuf::from("target/bench-false-alarms.jsonl")
+    } else {
+        args.out.clone()
+    };
+    let mode = if args.guided { " --guided" } else { "" };
+    // First, so an interrupted measurement still replays.
+    eprintln!("fresh range: seeds {start}..={} of every built-in scenario{mode}", start + (seeds - 1));
+    let m = measure(start, seeds, args.guided, jobs, &args.save)?;
+    let line = serde_json::to_string(&m).expect("serializes");
+    append_line(&out, &line)?;
+    if args.json {
+        println!("{line}");
+    } else {
+        println!(
+            "{} runs, {} failures ({:.1} s); 95% upper bound: {:.2} per million runs",
+            m.runs,
+            m.failures.len(),
+            m.wall_seconds,
+            m.per_million_95
+        );
+        for f in &m.failures {
+            println!("  FAIL {} seed {}: [{}] {}", f["scenario"], f["seed"], f["invariant"], f["message"]);
+            println!("    replay: {}", f["replay"].as_str().unwrap_or("-"));
+        }
+        println!("replay this measurement: {}\nappended to {}", m.replay, out.display());
+    }
+    Ok(if m.failures.is_empty() { 0 } else { 1 })
+}
+
+/// Appends one line to `path` (created if missing; never truncated).
+fn append_line(path: &std::path::Path, line: &str) -> Result<(), String> {
+    use std::io::Write;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--out {}: cannot create: {e}", dir.display()))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("--out {}: cannot open: {e}", path.display()))?;
+    writeln!(f, "{line}").and_then(|_| f.sync_all()).map_err(|e| format!("--out {}: cannot write: {e}", path.display()))
 }
 
 /// Seeds/s at 1 job and at `jobs` jobs.

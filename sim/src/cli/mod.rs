@@ -10,6 +10,7 @@
 
 mod bench;
 mod bench_compare;
+mod bench_false_alarms;
 mod bench_suite;
 mod common;
 mod fuzz;
