@@ -68,6 +68,9 @@ pub fn promises() -> Promises {
         claim_fills_free_permits: false,
         // Judged in pass-cadence's own cases, under a spec that declares them.
         cadences: Vec::new(),
+        // The earlier of the two rules; transactions' own cases judge the
+        // later one under a spec that declares it.
+        replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
     }
 }
 

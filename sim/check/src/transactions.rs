@@ -8,10 +8,12 @@
 //! - A commit changes only the rows its transaction's statements locked.
 //!   (That nothing shows before COMMIT is `store-reply`'s rule.)
 //! - The store says "no longer open" only of a transaction that is not:
-//!   it was open `txn_timeout_ms`, its process has a newer incarnation, the
-//!   store restarted, it already ended, or it never opened; and it says so
-//!   (or refuses) to every statement of a transaction that ended, even one
-//!   whose ROLLBACK overtook its first statement.
+//!   it was open `txn_timeout_ms`, its process has a newer incarnation (one
+//!   whose request of the kind the engine names, `replaced_txns_end`,
+//!   reached the store), the store restarted, it already ended, or it never
+//!   opened; and it says so (or refuses) to every statement of a
+//!   transaction that ended, even one whose ROLLBACK overtook its first
+//!   statement.
 //! - A request gives up on a row lock only after waiting `txn_timeout_ms`.
 //! - At the network seam, the client keeps the protocol: it sends no
 //!   statement of a transaction it ended (COMMIT or ROLLBACK sent), and
@@ -117,8 +119,8 @@ impl Transactions {
         }
         // The other half: a transaction that ended (its COMMIT or ROLLBACK
         // reached the store, even before its first statement; it timed
-        // out; its process was replaced) is not open again for a late
-        // statement of it. (A second ROLLBACK changes nothing either way.)
+        // out; its process was replaced, as the engine's promise counts it)
+        // is not open again for a late statement of it. (A second ROLLBACK changes nothing either way.)
         let rollback = matches!(a.request.request, Op::Rollback { .. });
         if ctx.view.txn_ended.contains(&txn) && !rollback && !matches!(a.response, Response::Rejected { .. }) {
             return Some(Violation::new(
@@ -288,7 +290,7 @@ impl Checker for Transactions {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, fence, o, H, PASS};
+    use crate::testkit::{cases, fence, o, run_case_in, H, PASS};
     use leasesim_vocab::ids::TxnId;
     use leasesim_vocab::op::{Op, Refusal, Response};
     use leasesim_vocab::task::{Row, TaskKind, TaskState};
@@ -403,6 +405,69 @@ mod tests {
             .at(200)
             .rolled_back(o(1, 1), 1)
             .at(300)
+    }
+
+    /// The spec of an engine whose store ends a replaced incarnation's
+    /// transactions only at the newer one's first claim or heartbeat (the
+    /// built-in engine's).
+    fn ends_at_claim_or_heartbeat() -> crate::Spec {
+        let mut s = crate::testkit::spec();
+        s.promises.replaced_txns_end = leasesim_vocab::promise::ReplacedTxnsEnd::ClaimOrHeartbeat;
+        s
+    }
+
+    /// p1.1 was replaced: p1.2 is up and its recovery pass (not a claim, not
+    /// a heartbeat) reaches the store at 1100 ms.
+    fn replaced_then_recovery_pass(h: H) -> H {
+        h.up(o(1, 2)).at(1_100).answer(
+            Sender::Worker(o(1, 2)),
+            Op::ReclaimExpired { by: o(1, 2) },
+            Response::Released { tasks: 0 },
+            vec![],
+            &[],
+        )
+    }
+
+    /// p1.1's failure of t1, the COMMIT of transaction 1, is answered
+    /// "applied" at 1200 ms (a COMMIT the store held through p1's restart).
+    fn failure_committed_late(h: H) -> H {
+        done(h.at(1_200).in_txn(o(1, 1), 1, true).failed(1, 1, o(1, 1), 1, Some(2_200)))
+    }
+
+    /// swarm seed 87125656050862: the built-in store ends p3.1's
+    /// transaction only at p3.2's first claim or heartbeat; p3.2's recovery
+    /// passes came first, and p3.1's COMMIT, held by the store until the
+    /// heal, committed before p3.2 claimed. Judged by the earlier rule it
+    /// was "answered as if the transaction were open, but it had ended".
+    #[test]
+    fn a_commit_before_the_new_incarnations_first_claim_passes_where_the_claim_ends_them() {
+        let history = failure_committed_late(replaced_then_recovery_pass(locked())).build();
+        run_case_in("claim ends them", &ends_at_claim_or_heartbeat(), history, PASS);
+    }
+
+    /// The same history, for a store that ends them at the newer
+    /// incarnation's first request of any kind.
+    #[test]
+    fn a_commit_after_the_new_incarnations_first_request_fails_where_any_request_ends_them() {
+        let history = failure_committed_late(replaced_then_recovery_pass(locked())).build();
+        run_case_in("any request ends them", &crate::testkit::spec(), history, &[(NAME, None)]);
+    }
+
+    /// The built-in store's rule still ends them: p1.2's heartbeat reached
+    /// the store before the COMMIT was answered.
+    #[test]
+    fn a_commit_after_the_new_incarnations_heartbeat_fails_where_the_claim_ends_them() {
+        let history = failure_committed_late(replaced_then_recovery_pass(locked()).heartbeat(o(1, 2))).build();
+        run_case_in("heartbeat ends them", &ends_at_claim_or_heartbeat(), history, &[(NAME, None)]);
+    }
+
+    /// Nor does the recovery pass free the row for the built-in store:
+    /// p1.1's transaction still holds it, so a renewal outside it is a
+    /// write past its lock.
+    #[test]
+    fn a_recovery_pass_of_the_new_incarnation_frees_no_lock_where_the_claim_ends_them() {
+        let history = replaced_then_recovery_pass(done(locked())).at(1_200).renew(1, 1, o(1, 1)).build();
+        run_case_in("lock still held", &ends_at_claim_or_heartbeat(), history, &[(NAME, Some(1))]);
     }
 
     cases! {

@@ -13,6 +13,7 @@
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
+use leasesim_vocab::promise::ReplacedTxnsEnd;
 use leasesim_vocab::task::StageRow;
 use leasesim_vocab::task::TaskError;
 use leasesim_vocab::task::{QueueId, QueueRow, Row, TaskKind, TaskState};
@@ -223,7 +224,8 @@ pub struct TxnView {
 pub enum TxnEnd {
     /// Open for `txn_timeout_ms`.
     TimedOut,
-    /// A newer incarnation of its process reached the store.
+    /// A newer incarnation of its process reached the store (by the request
+    /// the engine's `replaced_txns_end` names).
     Superseded,
     /// The store process died.
     StoreCrashed,
@@ -282,9 +284,13 @@ pub struct View {
     /// by a claim or a heartbeat (what tells a store its tasks' holders are
     /// replaced).
     pub newest: BTreeMap<ProcId, u32>,
-    /// The newest incarnation of each process the store took any request
-    /// of: an older one's connections, and their transactions, are gone.
+    /// The newest incarnation of each process the store took a request of
+    /// that ends an older one's transactions (`replaced_txns_end`): any
+    /// request, or only a claim or heartbeat (then it is `newest`).
     pub newest_connected: BTreeMap<ProcId, u32>,
+    /// The engine's promise of which request of a newer incarnation ends
+    /// the older ones' transactions.
+    pub replaced_txns_end: ReplacedTxnsEnd,
     /// Transactions that ended without a commit or rollback of their own,
     /// and how, in the order they ended (for coverage and messages).
     pub abandoned: Vec<(TxnId, TxnEnd)>,
@@ -303,6 +309,7 @@ impl View {
             concurrency: spec.promises.concurrency,
             finalize_deadline_ms: spec.promises.finalize_deadline_ms,
             txn_timeout_ms: spec.promises.txn_timeout_ms,
+            replaced_txns_end: spec.promises.replaced_txns_end,
             ..View::default()
         }
     }
@@ -405,7 +412,8 @@ impl View {
     }
 
     /// Has the store taken a request of a newer incarnation of this
-    /// owner's process (so this one's connections are gone)?
+    /// owner's process that ends this one's transactions (its connections
+    /// gone)?
     pub fn disconnected(&self, owner: Owner) -> bool {
         self.superseded(owner) || self.newest_connected.get(&owner.proc).is_some_and(|&n| n > owner.incarnation)
     }
@@ -441,8 +449,9 @@ impl View {
         self.saw_connection(owner);
     }
 
-    /// A request of a newer incarnation of a process reached the store: the
-    /// open transactions of its older ones are gone with their connections.
+    /// A request of a newer incarnation of a process that ends the older
+    /// ones' transactions reached the store: they are gone with their
+    /// connections.
     fn saw_connection(&mut self, owner: Owner) {
         let newest = self.newest_connected.entry(owner.proc).or_insert(owner.incarnation);
         if owner.incarnation < *newest {
@@ -688,15 +697,18 @@ impl View {
         if let (Op::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
             self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
         }
-        // Any request the store took tells it of its process's incarnation:
-        // an older one's connections are gone then, as a real store's are
-        // when their process dies (graphile's store ends their transactions
-        // at a newer incarnation's first statement, the built-in one at its
-        // first claim or heartbeat; the earlier rule judges both).
+        // Which request of a newer incarnation ends an older one's
+        // transactions is the engine's promise: graphile's store ends them
+        // at the newer one's first statement of any kind (its connections
+        // closed, as a real store's are when their process dies), the
+        // built-in one at its first claim or heartbeat. Judging the built-in
+        // engine by the earlier rule took a COMMIT the store held through a
+        // restart, and committed before the new incarnation's first claim,
+        // for a transaction answered after it ended (docs/false-alarms.md).
         if let Op::Heartbeat { owner } | Op::Claim { owner, .. } = &r.request {
             self.saw_incarnation(*owner);
         }
-        if let Sender::Worker(owner) = r.from {
+        if let (Sender::Worker(owner), ReplacedTxnsEnd::AnyRequest) = (r.from, self.replaced_txns_end) {
             self.saw_connection(owner);
         }
         self.txn_answered(&r, response);

@@ -104,6 +104,10 @@ pub struct Promises {
     /// maintenance), each with how long it may wait between two passes.
     #[serde(default)]
     pub cadences: Vec<Cadence>,
+    /// Which request of a newer incarnation of a process ends the open
+    /// transactions of its older ones at the store.
+    #[serde(default)]
+    pub replaced_txns_end: ReplacedTxnsEnd,
 }
 
 /// A periodic pass, named by the request that starts it at the store.
@@ -179,6 +183,24 @@ pub enum StatementTime {
     /// When it starts (PostgreSQL's `now()`: the transaction's start, so a
     /// statement that waited for a lock writes the time it began).
     Start,
+}
+
+/// When the store ends the open transactions of a process incarnation that
+/// a newer one replaced. Until then a statement of one may still be
+/// answered as open (a COMMIT the store held through the restart commits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplacedTxnsEnd {
+    /// At the newer incarnation's first request of any kind: its arrival
+    /// on a new connection tells the store the old connections are gone
+    /// (a PostgreSQL model that closes a replaced process's connections).
+    /// The default: the rule the checkers judged before engines declared it.
+    #[default]
+    AnyRequest,
+    /// At the newer incarnation's first claim or heartbeat, the signs of
+    /// life from which the store learns of a restart (its other requests,
+    /// recovery and maintenance passes, tell the store nothing of it).
+    ClaimOrHeartbeat,
 }
 
 /// The order a claim takes due tasks in.

@@ -336,6 +336,10 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // (worker/claim_loop.rs).
         claim_fills_free_permits: true,
         cadences: cadences(cfg),
+        // `Store::observe_incarnation` runs for a claim or a heartbeat only,
+        // and aborts the older incarnations' transactions (store/txn.rs,
+        // `abort_txns_before`).
+        replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::ClaimOrHeartbeat,
     }
 }
 
