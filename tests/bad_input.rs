@@ -260,6 +260,10 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["bench", "judge", "--scenario", "all"], "judge profiles one scenario"),
         (vec!["bench", "judge", "--seeds", "0"], "--seeds"),
         (vec!["bench", "judge", "--repeats", "0"], "--repeats"),
+        (vec!["bench", "false-alarms", "--seeds", "0"], "--seeds"),
+        (vec!["bench", "false-alarms", "--seed-start", "18446744073709551615", "--seeds", "2"], "--seeds"),
+        (vec!["bench", "throughput", "--seed-start", "5"], "--seed-start"),
+        (vec!["bench", "false-alarms", "--seeds", "1", "--save", "/proc/leasesim-cannot-write"], "--save"),
     ];
     for (args, needle) in cases {
         let (code, _out, err) = leasesim(&args);

@@ -17,7 +17,10 @@
 //!   the store at the deadline, or its answer was lost or held back;
 //! - the store refused it in a way no retry helps (a fault's refusal that
 //!   is not retryable, the store unavailable);
-//! - the owner was killed, paused or cut off, or the store was down.
+//! - the owner was killed, paused or cut off, or the store was down;
+//! - a renewal of its lease was refused by a fault and the lease ran out
+//!   before the deadline (an engine that writes its outcome under a lease
+//!   check cannot commit it then: the lease is what the fault cost).
 //!
 //! A refusal that says "nothing applied, try again" (a serialization
 //! failure 40001, a statement timeout 57014, a lock wait given up 55P03, a
@@ -58,6 +61,8 @@ struct Owed {
     untried: Option<(u64, Refusal)>,
     /// When the latest request naming the attempt reached the store.
     tried_ms: u64,
+    /// A renewal of its lease was refused by a fault after its body ended.
+    renewal_refused: bool,
 }
 
 #[derive(Default)]
@@ -120,6 +125,21 @@ impl OutcomeKept {
             }
             _ => None,
         };
+        // A renewal is not the outcome: its refusal owes no outcome retry,
+        // but may cost the lease the outcome is written under.
+        let refused_renewal = match &rec.entry {
+            Entry::Truth(Fact::Refused { req, .. }) => live(req).and_then(|r| match (&r.request, r.from) {
+                (Op::Renew { fence }, Sender::Worker(_)) => Some(*fence),
+                _ => None,
+            }),
+            _ => None,
+        };
+        if let Some(fence) = refused_renewal {
+            if let Some(owed) = self.owed.get_mut(&fence) {
+                owed.renewal_refused = true;
+            }
+            return;
+        }
         if let Some((req, reason)) = retryable_refusal {
             if let Some(r) = live(req) {
                 if let Sender::Worker(owner) = r.from {
@@ -182,7 +202,12 @@ impl OutcomeKept {
                 continue;
             }
             self.evaluations += 1;
-            let excuse = owed.excuse.or_else(|| Self::interval_excuse(ctx, &fence, owed.ended_ms, owed.deadline_ms));
+            let lease_ran_out = owed.renewal_refused
+                && ctx.view.task(fence.task).and_then(|t| t.row.lease_expiry_ms).is_some_and(|e| e <= owed.deadline_ms);
+            let excuse = owed
+                .excuse
+                .or_else(|| lease_ran_out.then(|| "a renewal was refused by a fault and its lease ran out".into()))
+                .or_else(|| Self::interval_excuse(ctx, &fence, owed.ended_ms, owed.deadline_ms));
             if excuse.is_some() {
                 self.excused += 1;
                 continue;
@@ -248,7 +273,17 @@ impl Checker for OutcomeKept {
                 ctx.view.task(fence.task).is_some_and(|t| t.row.lease_expiry_ms.is_none_or(|expiry| expiry > now));
             if held && unexpired {
                 let deadline_ms = now + ctx.promises().finalize_deadline_ms + SLACK_MS;
-                self.owed.insert(*fence, Owed { ended_ms: now, deadline_ms, excuse: None, untried: None, tried_ms: 0 });
+                self.owed.insert(
+                    *fence,
+                    Owed {
+                        ended_ms: now,
+                        deadline_ms,
+                        excuse: None,
+                        untried: None,
+                        tried_ms: 0,
+                        renewal_refused: false,
+                    },
+                );
                 self.next_due.set(deadline_ms);
             }
         }
@@ -310,6 +345,33 @@ mod tests {
             .arrive(Sender::Worker(o(1, 1)), Op::Complete { fence: fence(1, 1, o(1, 1)) });
         let response = Response::Rejected { reason: Refusal::TimedOut };
         h.fact(Fact::Refused { req, response, fault: Some(FaultKind::TxnTimeout) })
+    }
+
+    /// t1, a workflow task granted at 10 ms with its 3 s lease (to
+    /// 3010 ms), returned its body at `ended_ms`; a renewal of it was
+    /// refused 100 ms later by a statement timeout, and no outcome
+    /// committed (c-workflows seed 55124501436100, guided: its renewals
+    /// were refused, the lease ran out, and the engine's lease check then
+    /// said "not valid").
+    fn renewal_refused(ended_ms: u64) -> H {
+        let (h, req) = H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(ended_ms)
+            .finished(1, 1, o(1, 1), true)
+            .at(ended_ms + 100)
+            .arrive(Sender::Worker(o(1, 1)), Op::Renew { fence: fence(1, 1, o(1, 1)) });
+        let response = Response::Rejected { reason: Refusal::TimedOut };
+        h.fact(Fact::Refused { req, response, fault: Some(FaultKind::TxnTimeout) })
+            .at(ended_ms + 1_000)
+            .unpermit(o(1, 1), 1, 1)
+            .at(ended_ms + 2_100)
+            .heartbeat(o(1, 1))
     }
 
     /// Each lost outcome is judged at the first record past its own
@@ -385,6 +447,16 @@ mod tests {
             // 1500 ms (half the deadline and the slack) are needed; 1100 were left.
             refused_at(1_000).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
             => PASS;
+        a_refused_renewal_whose_lease_ran_out_excuses_the_loss:
+            // Deadline 3501 ms, past the expiry (3010 ms). Once read as the
+            // outcome's own refusal, owing a retry.
+            renewal_refused(1_501).build()
+            => PASS;
+        a_refused_renewal_whose_lease_outlived_the_deadline_excuses_nothing:
+            // Deadline 3009 ms (1009 + 1000 + 1000 slack), the expiry 1 ms
+            // later.
+            renewal_refused(1_009).build()
+            => &[(NAME, Some(1))];
         an_outcome_due_after_the_end_is_not_judged:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
                 .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
