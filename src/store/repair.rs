@@ -15,10 +15,19 @@ use std::collections::BTreeMap;
 impl Store {
     pub(super) fn repair_groups(&mut self, now_ms: u64, obs: &dyn Observer) -> Response {
         let mut leased: BTreeMap<GroupId, Vec<&Task>> = BTreeMap::new();
-        // Rows a transaction holds are skipped (SKIP LOCKED) until it ends.
-        for task in self.tasks.leased().filter(|t| !self.locked(t.id)) {
-            if let (Some(group), Some(_)) = (task.spec.group, task.lease_expiry_ms) {
-                leased.entry(group).or_default().push(task);
+        // Rows a transaction holds are skipped (SKIP LOCKED) until it ends,
+        // but their expiries (read without the lock) still bound the
+        // group's next look: once the lock goes, an expired lease must not
+        // wait out a backoff computed without it.
+        let mut locked_expiry: BTreeMap<GroupId, u64> = BTreeMap::new();
+        for task in self.tasks.leased() {
+            if let (Some(group), Some(expiry)) = (task.spec.group, task.lease_expiry_ms) {
+                if self.locked(task.id) {
+                    let earliest = locked_expiry.entry(group).or_insert(expiry);
+                    *earliest = (*earliest).min(expiry);
+                } else {
+                    leased.entry(group).or_default().push(task);
+                }
             }
         }
         let mut decisions: Vec<(GroupId, Vec<TaskId>, u64)> = Vec::new();
@@ -28,6 +37,9 @@ impl Store {
                 continue;
             }
             let next_expiry_ms = tasks.iter().filter_map(|t| t.lease_expiry_ms).filter(|&e| e > now_ms).min();
+            // A locked row's lease already out: look again at the next pass.
+            let locked_ms = locked_expiry.get(&group).map(|&e| e.max(now_ms));
+            let next_expiry_ms = next_expiry_ms.into_iter().chain(locked_ms).min();
             let hide = self.cfg.defects.on(Defect::RepairHidesExpiredLease);
             decisions.push((group, expired_tasks(&tasks, now_ms, hide), next_expiry_ms.unwrap_or(u64::MAX)));
         }

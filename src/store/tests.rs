@@ -879,6 +879,54 @@ fn repair_backs_off_per_group_while_nothing_is_needed() {
 }
 
 #[test]
+fn repair_looks_again_by_the_expiry_of_a_row_it_skipped_as_locked() {
+    // A look skips a row a transaction holds (SKIP LOCKED), but that row's
+    // lease still bounds the group's next look: once the lock goes, the
+    // expired lease does not wait out a backoff computed without it (a
+    // guided swarm run, seed 3151875752896229214, docs/false-alarms.md).
+    let mut h = Harness::new();
+    let g = 7;
+    let wf = h.enqueue_kind(TaskKind::WorkflowTask, Some(g));
+    h.enqueue_kind(TaskKind::Activity, Some(g));
+    let grants = h.claim(A, 2);
+    let wf_a = grants.iter().find(|gr| gr.fence.task == wf).unwrap().fence;
+    // Looks at 0 and 3 s; the workflow lease (10 s) bounds nothing yet.
+    for at in [0, 3_000] {
+        assert_eq!(h.at(at).released(Request::Repair { by: JANITOR }), 0);
+    }
+    assert_eq!(h.store.repair[&g], RepairState { misses: 2, next_at_ms: 9_000 });
+    // At 9 s a transaction holds the workflow task's row: the look skips it
+    // and backs off (12 s), but no later than that row's expiry.
+    h.at(9_000);
+    assert_eq!(h.apply(stmt(1, A, Request::LeaseValid { fence: wf_a }, false)), Response::Valid { valid: true });
+    assert_eq!(h.released(Request::Repair { by: JANITOR }), 0);
+    assert_eq!(h.store.repair[&g], RepairState { misses: 3, next_at_ms: 10_000 });
+    assert_eq!(h.at(9_500).apply(Request::Rollback { txn: TxnId { owner: A, seq: 1 } }), Response::Ack);
+    assert_eq!(h.at(10_000).released(Request::Repair { by: JANITOR }), 1);
+    assert_eq!(h.task(wf).state, TaskState::Ready);
+}
+
+#[test]
+fn repair_looks_at_once_while_a_locked_row_holds_an_expired_lease() {
+    let mut h = Harness::new();
+    let g = 8;
+    let wf = h.enqueue_kind(TaskKind::WorkflowTask, Some(g));
+    h.enqueue_kind(TaskKind::Activity, Some(g));
+    let grants = h.claim(A, 2);
+    let wf_a = grants.iter().find(|gr| gr.fence.task == wf).unwrap().fence;
+    // Locked while its lease is still valid (9.9 s), then out (10 s): each
+    // look skips it, and the next look is never later than the next pass.
+    h.at(9_900);
+    assert_eq!(h.apply(stmt(1, A, Request::LeaseValid { fence: wf_a }, false)), Response::Valid { valid: true });
+    for at in [10_000, 10_001, 12_000] {
+        assert_eq!(h.at(at).released(Request::Repair { by: JANITOR }), 0, "at {at}");
+        assert_eq!(h.store.repair[&g].next_at_ms, at, "at {at}");
+    }
+    assert_eq!(h.at(12_500).apply(Request::Rollback { txn: TxnId { owner: A, seq: 1 } }), Response::Ack);
+    assert_eq!(h.at(12_501).released(Request::Repair { by: JANITOR }), 1);
+}
+
+#[test]
 fn repair_leaves_ungrouped_and_heartbeat_owned_tasks_alone() {
     let mut h = Harness::new();
     let ungrouped = h.enqueue_kind(TaskKind::WorkflowTask, None);

@@ -608,7 +608,8 @@ fn reclaim_expired(tx: &mut Tx) -> Result<Response, Error> {
 /// skipped, as a group without them), whose next look is due, is
 /// looked at; its expired leases are released; a group that needed repair is
 /// looked at again at once, one that did not backs off, but no later than
-/// its next lease expiry (`LEAST` skips the NULL of a group without one).
+/// its next lease expiry, a skipped row's included (read without its lock;
+/// one already out: at once), `LEAST` skipping the NULL of a group without one.
 fn repair(tx: &mut Tx) -> Result<Response, Error> {
     // One repair pass at a time: a pass reads the schedule, then writes it.
     const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('leasesim.group_repair'))";
@@ -617,6 +618,11 @@ fn repair(tx: &mut Tx) -> Result<Response, Error> {
              SELECT id, grp, lease_expiry_ms FROM tasks
              WHERE state = 'leased' AND grp IS NOT NULL AND lease_expiry_ms IS NOT NULL
              FOR UPDATE SKIP LOCKED),
+         held AS (
+             SELECT grp, min(lease_expiry_ms) AS expiry_ms FROM tasks
+             WHERE state = 'leased' AND grp IS NOT NULL AND lease_expiry_ms IS NOT NULL
+               AND id NOT IN (SELECT id FROM leased)
+             GROUP BY grp),
          looked AS (
              SELECT t.grp,
                     bool_or(t.lease_expiry_ms <= $1) AS needed,
@@ -634,11 +640,12 @@ fn repair(tx: &mut Tx) -> Result<Response, Error> {
              RETURNING t.id),
          scheduled AS (
              INSERT INTO group_repair (grp, misses, next_at_ms)
-             SELECT grp,
+             SELECT looked.grp,
                     CASE WHEN needed THEN 0 ELSE misses + 1 END,
                     CASE WHEN needed THEN $1
-                         ELSE LEAST($1 + LEAST($2 * (1::bigint << LEAST(misses, 20)::int), $3), next_expiry_ms) END
-             FROM looked
+                         ELSE LEAST($1 + LEAST($2 * (1::bigint << LEAST(misses, 20)::int), $3), next_expiry_ms,
+                                    CASE WHEN held.expiry_ms IS NOT NULL THEN GREATEST(held.expiry_ms, $1) END) END
+             FROM looked LEFT JOIN held ON held.grp = looked.grp
              ON CONFLICT (grp) DO UPDATE SET misses = excluded.misses, next_at_ms = excluded.next_at_ms)
          SELECT count(*) FROM released"
     );
