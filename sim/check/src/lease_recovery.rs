@@ -121,10 +121,61 @@ impl Checker for LeaseRecovery {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, H, PASS};
-    use leasesim_vocab::op::Op;
+    use crate::testkit::{cases, o, run_case_in, spec, H, PASS};
+    use crate::Spec;
+    use leasesim_vocab::ids::Owner;
+    use leasesim_vocab::op::{Op, Response};
     use leasesim_vocab::task::TaskKind;
     use leasesim_vocab::testimony::ReleaseCause;
+    use leasesim_vocab::truth::Sender;
+
+    /// Heartbeats answered as graphile's store answers them: the row of
+    /// `SELECT * FROM worker_heartbeat(..)`, no acknowledgement, no testimony.
+    fn beats_as_rows(h: H, owner: Owner, at: &[u64]) -> H {
+        at.iter().fold(h, |h, &t| {
+            h.at(t).answer(Sender::Worker(owner), Op::Heartbeat { owner }, Response::Rows { count: 1 }, vec![], &[])
+        })
+    }
+
+    /// A job held by `o(1, 1)` from 230 s, its worker first seen at 10 ms
+    /// and heartbeating (as rows) then and at `beats`; the job done at
+    /// `done`, or else the worker killed at 230.5 s; the run ended at `end`.
+    fn held_late(beats: &[u64], done: Option<u64>, end: u64) -> Vec<leasesim_vocab::history::Record> {
+        let h = beats_as_rows(H::new().up(o(1, 1)), o(1, 1), &[10]);
+        let h = beats_as_rows(h.at(100).heal(), o(1, 1), beats);
+        let h = h.at(229_500).created(4, TaskKind::Job).begun(230_000, 4, 1, o(1, 1));
+        match done {
+            Some(at) => h.ended_ok(at, 4, 1, o(1, 1)).at(end).end().build(),
+            None => h.at(230_500).killed(o(1, 1)).at(end).end().build(),
+        }
+    }
+
+    /// [`spec`] with room for the late job to complete.
+    fn late_spec() -> Spec {
+        let mut s = spec();
+        s.bounds.completion_bound_ms = 1_000_000;
+        s
+    }
+
+    #[test]
+    fn heartbeats_answered_as_rows_keep_their_worker_alive() {
+        // graphile-recovery seed 9100000745: p2.3 heartbeated every 10 s,
+        // each answered as a row, but counted as dead since its first
+        // request plus dead_after; a job it claimed late was "still held".
+        // Here: first seen at 10 ms, alive by its heartbeats at 100 s and
+        // 200 s; the job held from 230 s to 240 s (dead at 200.01 s + 32 s
+        // allowed, had the heartbeats not counted).
+        run_case_in("rows_heartbeats", &late_spec(), held_late(&[100_000, 200_000], Some(240_000), 250_000), PASS);
+    }
+
+    #[test]
+    fn a_worker_whose_row_heartbeats_stopped_is_owed_its_release_just_past_the_bound() {
+        // Last heartbeat at 200 s: dead since 400 s, released by 400 s +
+        // cleanup (30 s) + recovery (2 s) = 432 s.
+        let beats = [100_000, 200_000];
+        run_case_in("rows_stopped_inside", &late_spec(), held_late(&beats, None, 432_000), PASS);
+        run_case_in("rows_stopped_outside", &late_spec(), held_late(&beats, None, 432_001), &[(NAME, Some(4))]);
+    }
 
     cases! {
         expired_lease_reclaimed_in_time_passes:

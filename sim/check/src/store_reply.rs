@@ -5,7 +5,8 @@
 //! answer the store gave, and the rows the harness read before and after.
 //! A claim grants at most what was asked and reports every grant it made; a
 //! fenced write reports "applied" exactly when it changed its task, and is
-//! refused only when its fence no longer holds; reads change nothing and
+//! refused only when its fence no longer holds (or, for a lock wait given
+//! up, when another open transaction holds its row); reads change nothing and
 //! tell the truth (lease checks, pipeline snapshots); recovery passes only
 //! release; an enqueue creates exactly the task it names.
 
@@ -60,13 +61,30 @@ fn due_stages(ctx: &Ctx) -> Vec<StageRef> {
         .collect()
 }
 
+/// A statement refused by its lock wait (SQLSTATE 55P03, `lock_timeout`)
+/// on a row another transaction, open by the view, still holds: the refusal
+/// says nothing of its fence. (A 55P03 on a row nobody else holds is still
+/// judged as a refusal while held.)
+fn lock_wait_given_up(a: &Answer, ctx: &Ctx, now: u64) -> bool {
+    let Response::Rejected { reason: Refusal::LockTimeout } = a.response else { return false };
+    let Some(task) = a.request.request.fence().map(|f| f.task) else { return false };
+    let own = a.request.txn.map(|(txn, _)| txn);
+    ctx.view.txns.iter().any(|(id, t)| {
+        Some(*id) != own
+            && t.locks.contains(&task)
+            && t.in_time(now, ctx.view.txn_timeout_ms)
+            && !ctx.view.disconnected(id.owner)
+    })
+}
+
 /// What is wrong with this answer, if anything.
 fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
     let j = Judge { a, ctx, now, c: a.commit, resp: a.response };
     // A transaction's statements, rollbacks, and requests that gave up on
     // a row lock: what they may say is judged by `transactions`; here, that
     // nothing uncommitted shows.
-    let lock_or_txn = matches!(a.response, Response::Rejected { reason: Refusal::TimedOut | Refusal::TxnClosed });
+    let lock_or_txn = matches!(a.response, Response::Rejected { reason: Refusal::TimedOut | Refusal::TxnClosed })
+        || lock_wait_given_up(a, ctx, now);
     let uncommitted = matches!(a.request.txn, Some((_, false)));
     if lock_or_txn || uncommitted {
         if !j.c.is_empty() {
@@ -495,7 +513,51 @@ mod tests {
     use leasesim_vocab::testimony::{Event, ReleaseCause};
     use leasesim_vocab::truth::Sender;
 
+    /// t1 (a job) is run by p1.1 from 10 ms; its body succeeds at 110 ms.
+    /// At 200 ms p2.1's recovery transaction releases p1.1's jobs (p1.1
+    /// looks dead to it) and locks t1's row when `recovery` is given: its
+    /// COMMIT never comes (lost). At 1_000 ms p1.1's completion, which
+    /// waited for that row lock since 300 ms, gives up (55P03), and p1.1
+    /// frees the attempt's permit.
+    fn completion_behind_a_recovery(recovery: bool) -> H {
+        let h = H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).heartbeat(o(2, 1)).created(1, TaskKind::Job);
+        let h = h.attempt_body(10, 1, 1, o(1, 1), true).at(200);
+        let h = if recovery {
+            let txn = leasesim_vocab::ids::TxnId { owner: o(2, 1), seq: 1 };
+            let stmt = Box::new(Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] });
+            h.answer(
+                Sender::Worker(o(2, 1)),
+                Op::Exec { txn, stmt, commit: false },
+                Response::Released { tasks: 1 },
+                vec![],
+                &[],
+            )
+        } else {
+            h
+        };
+        h.at(1_000)
+            .answer(
+                Sender::Worker(o(1, 1)),
+                Op::Complete { fence: fence(1, 1, o(1, 1)) },
+                Response::Rejected { reason: Refusal::LockTimeout },
+                vec![],
+                &[],
+            )
+            .unpermit(o(1, 1), 1, 1)
+    }
+
     cases! {
+        a_lock_wait_given_up_behind_an_open_transaction_passes:
+            // graphile-recovery seed 9100000957: p2.4's sweep released
+            // p3.3's t19 in a transaction whose COMMIT was lost; p3.3's
+            // complete_job, held until the heal, waited lock_timeout for
+            // t19's row and was refused 55P03. Judged before as "refused
+            // (LockTimeout) while it held the task".
+            completion_behind_a_recovery(true).build()
+            => PASS;
+        a_lock_timeout_on_a_row_nobody_holds:
+            completion_behind_a_recovery(false).build()
+            => &[(NAME, Some(1))];
         truthful_answers_pass:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).pipeline(9, 2)
                 .attempt_ok(10, 1, 1, o(1, 1))

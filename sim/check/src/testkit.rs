@@ -71,6 +71,8 @@ pub fn promises() -> Promises {
         // The earlier of the two rules; transactions' own cases judge the
         // later one under a spec that declares it.
         replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
+        // The earlier rule; transactions' own cases judge the idle one.
+        txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
     }
 }
 

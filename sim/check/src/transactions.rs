@@ -66,7 +66,7 @@ impl Transactions {
     fn open_at(ctx: &Ctx, txn: TxnId, now: u64) -> Option<u64> {
         let t = ctx.view.txns.get(&txn)?;
         let superseded = ctx.view.disconnected(txn.owner);
-        (t.opened_ms + ctx.view.txn_timeout_ms > now && !superseded).then_some(t.opened_ms)
+        (t.in_time(now, ctx.view.txn_timeout_ms) && !superseded).then_some(t.opened_ms)
     }
 
     /// The other open transaction holding task `task` at `now`, if any.
@@ -468,6 +468,48 @@ mod tests {
     fn a_recovery_pass_of_the_new_incarnation_frees_no_lock_where_the_claim_ends_them() {
         let history = replaced_then_recovery_pass(done(locked())).at(1_200).renew(1, 1, o(1, 1)).build();
         run_case_in("lock still held", &ends_at_claim_or_heartbeat(), history, &[(NAME, Some(1))]);
+    }
+
+    /// A store whose transactions end after `txn_timeout_ms` (500 ms here)
+    /// counted as `from` says.
+    fn timeout_from(from: leasesim_vocab::promise::TxnTimeoutFrom) -> crate::Spec {
+        let mut s = crate::testkit::spec();
+        s.promises.txn_timeout_ms = 500;
+        s.promises.txn_timeout_from = from;
+        s
+    }
+
+    /// t1's failure transaction (opened at 300 ms by its lease check) checks
+    /// the lease again at 600 ms, and its COMMIT is answered "applied" at
+    /// `commit_ms`.
+    fn busy_then_committed(commit_ms: u64) -> H {
+        let h = locked().at(600).in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), true);
+        done(h.at(commit_ms).in_txn(o(1, 1), 1, true).failed(1, 1, o(1, 1), 1, Some(commit_ms + 1_000)))
+    }
+
+    /// graphile-recovery seed 9100000584: x4@p2.1 opened at 60048 ms, its
+    /// last statement was answered at 76667 ms, its COMMIT at 133809 ms:
+    /// 73 s after it opened, 57 s idle, inside PostgreSQL's 60 s
+    /// `idle_in_transaction_session_timeout`. Judged from the open, it was
+    /// "answered as if the transaction were open, but it had ended".
+    #[test]
+    fn a_commit_inside_the_idle_timeout_passes_where_it_counts_from_the_latest_statement() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Idle);
+        run_case_in("idle, in time", &spec, busy_then_committed(1_000).build(), PASS);
+    }
+
+    /// The same commit, where the timeout counts from the open.
+    #[test]
+    fn a_commit_past_the_timeout_from_the_open_fails_where_it_counts_from_the_open() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Open);
+        run_case_in("from the open", &spec, busy_then_committed(1_000).build(), &[(NAME, None)]);
+    }
+
+    /// Idle past the timeout since its latest statement: ended.
+    #[test]
+    fn a_commit_past_the_idle_timeout_fails() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Idle);
+        run_case_in("idle, late", &spec, busy_then_committed(1_100).build(), &[(NAME, None)]);
     }
 
     cases! {

@@ -13,7 +13,7 @@
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Fence, GroupId, IndexId, Owner, ProcId, StageRef, TaskId, TxnId};
 use leasesim_vocab::op::{Op, Refusal, Response};
-use leasesim_vocab::promise::ReplacedTxnsEnd;
+use leasesim_vocab::promise::{ReplacedTxnsEnd, TxnTimeoutFrom};
 use leasesim_vocab::task::StageRow;
 use leasesim_vocab::task::TaskError;
 use leasesim_vocab::task::{QueueId, QueueRow, Row, TaskKind, TaskState};
@@ -216,7 +216,18 @@ pub struct StageView {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TxnView {
     pub opened_ms: u64,
+    /// When its `txn_timeout_ms` started counting, as the engine's
+    /// `txn_timeout_from` says: when it opened, or when its latest
+    /// statement was answered.
+    pub counted_from_ms: u64,
     pub locks: BTreeSet<TaskId>,
+}
+
+impl TxnView {
+    /// Is it open at `now` by its timeout?
+    pub fn in_time(&self, now: u64, txn_timeout_ms: u64) -> bool {
+        self.counted_from_ms + txn_timeout_ms > now
+    }
 }
 
 /// How a transaction ended without a commit or a rollback of its own.
@@ -291,6 +302,8 @@ pub struct View {
     /// The engine's promise of which request of a newer incarnation ends
     /// the older ones' transactions.
     pub replaced_txns_end: ReplacedTxnsEnd,
+    /// The engine's promise of from when `txn_timeout_ms` counts.
+    pub txn_timeout_from: TxnTimeoutFrom,
     /// Transactions that ended without a commit or rollback of their own,
     /// and how, in the order they ended (for coverage and messages).
     pub abandoned: Vec<(TxnId, TxnEnd)>,
@@ -310,6 +323,7 @@ impl View {
             finalize_deadline_ms: spec.promises.finalize_deadline_ms,
             txn_timeout_ms: spec.promises.txn_timeout_ms,
             replaced_txns_end: spec.promises.replaced_txns_end,
+            txn_timeout_from: spec.promises.txn_timeout_from,
             ..View::default()
         }
     }
@@ -423,7 +437,7 @@ impl View {
     pub fn locked_at(&self, task: TaskId, now: u64) -> bool {
         self.txns.iter().any(|(id, t)| {
             let superseded = self.disconnected(id.owner);
-            t.locks.contains(&task) && t.opened_ms + self.txn_timeout_ms > now && !superseded
+            t.locks.contains(&task) && t.in_time(now, self.txn_timeout_ms) && !superseded
         })
     }
 
@@ -431,7 +445,7 @@ impl View {
     fn expire_txns(&mut self, now: u64) {
         let timeout_ms = self.txn_timeout_ms;
         let expired: Vec<TxnId> =
-            self.txns.iter().filter(|(_, t)| t.opened_ms + timeout_ms <= now).map(|(id, _)| *id).collect();
+            self.txns.iter().filter(|(_, t)| !t.in_time(now, timeout_ms)).map(|(id, _)| *id).collect();
         for txn in expired {
             self.end_txn(txn);
             self.abandoned.push((txn, TxnEnd::TimedOut));
@@ -487,7 +501,13 @@ impl View {
             return;
         }
         if !self.txns.contains_key(&txn) && !self.txn_ended.contains(&txn) {
-            self.txns.insert(txn, TxnView { opened_ms: self.now_ms, locks: BTreeSet::new() });
+            let opened = TxnView { opened_ms: self.now_ms, counted_from_ms: self.now_ms, locks: BTreeSet::new() };
+            self.txns.insert(txn, opened);
+        }
+        // PostgreSQL's idle timeout counts from the end of the latest
+        // statement: a transaction busy for longer than it stays open.
+        if let (TxnTimeoutFrom::Idle, Some(t)) = (self.txn_timeout_from, self.txns.get_mut(&txn)) {
+            t.counted_from_ms = self.now_ms;
         }
         // A recovery statement inside the transaction locks every row it
         // releases: those of the owners it names (visible at its COMMIT).
@@ -694,7 +714,13 @@ impl View {
             self.apply_commit(now, Some(req), None, commit, now, false);
             return;
         };
-        if let (Op::Heartbeat { .. }, Response::Ack, Sender::Worker(owner)) = (&r.request, response, r.from) {
+        // An applied heartbeat: the built-in store acknowledges it, graphile's
+        // `SELECT * FROM worker_heartbeat(..)` (an upsert) answers its row.
+        // Taking only the first left every graphile worker silent since its
+        // first request (docs/false-alarms.md).
+        if let (Op::Heartbeat { .. }, Response::Ack | Response::Rows { .. }, Sender::Worker(owner)) =
+            (&r.request, response, r.from)
+        {
             self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
         }
         // Which request of a newer incarnation ends an older one's

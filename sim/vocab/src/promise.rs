@@ -108,6 +108,9 @@ pub struct Promises {
     /// transactions of its older ones at the store.
     #[serde(default)]
     pub replaced_txns_end: ReplacedTxnsEnd,
+    /// From when the store counts `txn_timeout_ms` down.
+    #[serde(default)]
+    pub txn_timeout_from: TxnTimeoutFrom,
 }
 
 /// A periodic pass, named by the request that starts it at the store.
@@ -201,6 +204,22 @@ pub enum ReplacedTxnsEnd {
     /// life from which the store learns of a restart (its other requests,
     /// recovery and maintenance passes, tell the store nothing of it).
     ClaimOrHeartbeat,
+}
+
+/// From when the store counts a transaction's `txn_timeout_ms`: the
+/// built-in store from its first statement, PostgreSQL's
+/// `idle_in_transaction_session_timeout` from the end of its latest one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnTimeoutFrom {
+    /// From its first statement: a transaction ends `txn_timeout_ms` after
+    /// it opened, however busy it was. The default: the rule the checkers
+    /// judged before engines declared it.
+    #[default]
+    Open,
+    /// From the answer of its latest statement: it ends after standing
+    /// idle that long (each statement starts the count again).
+    Idle,
 }
 
 /// The order a claim takes due tasks in.

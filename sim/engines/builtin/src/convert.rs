@@ -340,6 +340,8 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // and aborts the older incarnations' transactions (store/txn.rs,
         // `abort_txns_before`).
         replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::ClaimOrHeartbeat,
+        // Its deadline is set when the transaction opens (store/txn.rs).
+        txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
     }
 }
 

@@ -132,6 +132,10 @@ impl Engine for Graphile {
             // before it serves any request of a newer incarnation
             // (`GraphileStore::housekeeping`).
             replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
+            // `idle_in_transaction_session_timeout`: the store ends a
+            // transaction idle that long since its latest statement
+            // (`GraphileStore::touch`, `housekeeping`).
+            txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
         }
     }
 
