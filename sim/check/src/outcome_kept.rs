@@ -40,7 +40,7 @@ use crate::view::RequestView;
 use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::Fence;
 use leasesim_vocab::op::{Op, Refusal, Response};
-use leasesim_vocab::truth::{Fact, Reply, Sender};
+use leasesim_vocab::truth::{Fact, Reply, Sender, HOP_MAX_MS};
 use std::collections::BTreeMap;
 
 pub const NAME: &str = "outcome-kept";
@@ -213,9 +213,14 @@ impl OutcomeKept {
                 continue;
             }
             // An engine may pause up to one RPC deadline between tries (half
-            // its finalization deadline at most: a longer pause is no retry).
+            // its finalization deadline at most: a longer pause is no retry),
+            // counted from when the refusal reaches it, and its next try takes
+            // a hop to the store: the refusal's way back and the try's way
+            // there are the world's, up to `HOP_MAX_MS` each (c-workflows
+            // seed 64330237747334: refused 10003 ms before the deadline, the
+            // engine's pause capped at 10000 ms).
             let cfg = ctx.promises();
-            let too_late = cfg.rpc_timeout_ms.min(cfg.finalize_deadline_ms / 2) + SLACK_MS;
+            let too_late = cfg.rpc_timeout_ms.min(cfg.finalize_deadline_ms / 2) + 2 * HOP_MAX_MS + SLACK_MS;
             let (by, deadline) = (owed.deadline_ms, cfg.finalize_deadline_ms);
             let what = match owed.untried {
                 Some((refused_ms, _)) if by.saturating_sub(refused_ms) < too_late => {
@@ -443,6 +448,16 @@ mod tests {
             refused_at(200).at(400).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .at(2_200).heartbeat(o(1, 1)).build()
             => PASS;
+        a_refusal_too_late_by_its_two_hops_is_excused:
+            // Needed: 500 ms of pause (half the deadline), two hops of 10 ms
+            // and the slack: 1520 ms; 1519 were left. Once judged without
+            // the hops.
+            refused_at(581).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
+            => PASS;
+        a_refusal_with_time_for_its_hops_and_pause_is_owed_a_try:
+            // 1520 ms were left: the try was owed.
+            refused_at(580).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
+            => &[(NAME, Some(1))];
         a_retryable_refusal_too_late_to_try_again:
             // 1500 ms (half the deadline and the slack) are needed; 1100 were left.
             refused_at(1_000).at(1_100).unpermit(o(1, 1), 1, 1).at(2_200).heartbeat(o(1, 1)).build()
