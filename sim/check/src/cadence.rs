@@ -375,26 +375,21 @@ mod tests {
             .rejoined(1);
         let (h, req) = h.at(40_000).arrive(W, maintain());
         let conflict = Response::Rejected { reason: Refusal::Conflict };
-        h.fact(Fact::Refused { req, response: conflict, fault: Some(FaultKind::SerializationFailure) })
-            .at(next_ms)
-            .answer(W, maintain(), Response::Ack, vec![], &[])
-            .at(next_ms + 1_000)
-            .heal()
-            .end()
-            .build()
+        let h = h.fact(Fact::Refused { req, response: conflict, fault: Some(FaultKind::SerializationFailure) });
+        next_pass_done(h, next_ms)
     }
 
     /// a-index-builds seed 103745's shape: p1's clock set back 1 832 ms at
     /// 0, so it reads zero until 1 832; a done pass answered at 206; the
     /// next at `next_ms`.
     fn after_a_clock_at_zero(next_ms: u64) -> Vec<Record> {
-        held(H::new().offset(1, -1_832).up(o(1, 1)).at(6), maintain(), 200, Response::Ack)
-            .at(next_ms)
-            .answer(W, maintain(), Response::Ack, vec![], &[])
-            .at(next_ms + 1_000)
-            .heal()
-            .end()
-            .build()
+        next_pass_done(held(H::new().offset(1, -1_832).up(o(1, 1)).at(6), maintain(), 200, Response::Ack), next_ms)
+    }
+
+    /// The next pass arrives at `next_ms` and is done; the heal comes a
+    /// second later.
+    fn next_pass_done(h: H, next_ms: u64) -> Vec<Record> {
+        h.at(next_ms).answer(W, maintain(), Response::Ack, vec![], &[]).at(next_ms + 1_000).heal().end().build()
     }
 
     cadence_cases! {
