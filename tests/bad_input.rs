@@ -263,6 +263,7 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["bench", "false-alarms", "--seeds", "0"], "--seeds"),
         (vec!["bench", "false-alarms", "--seed-start", "18446744073709551615", "--seeds", "2"], "--seeds"),
         (vec!["bench", "throughput", "--seed-start", "5"], "--seed-start"),
+        (vec!["bench", "throughput", "--save", "/tmp"], "--save"),
         (vec!["bench", "false-alarms", "--seeds", "1", "--save", "/proc/leasesim-cannot-write"], "--save"),
     ];
     for (args, needle) in cases {

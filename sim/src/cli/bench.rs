@@ -61,9 +61,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub seed_start: Option<u64>,
     /// False-alarms: failures are saved here as corpus entries (never
-    /// overwritten). Example: --save /tmp/false-alarms
-    #[arg(long, value_name = "DIR", default_value = "target/leasesim-failures")]
-    pub save: std::path::PathBuf,
+    /// overwritten; default target/leasesim-failures). Example: --save /tmp/false-alarms
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<std::path::PathBuf>,
     /// Jobs (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -110,6 +110,9 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
     if args.seed_start.is_some() && args.what != "false-alarms" {
         return Err("--seed-start: only bench false-alarms takes a seed start".into());
     }
+    if args.save.is_some() && args.what != "false-alarms" {
+        return Err("--save: only bench false-alarms saves failures".into());
+    }
     if let Some(on) = &args.on {
         targets(on).map_err(|e| format!("--on: {e}"))?;
     }
@@ -148,7 +151,8 @@ fn false_alarms(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     let mode = if args.guided { " --guided" } else { "" };
     // First, so an interrupted measurement still replays.
     eprintln!("fresh range: seeds {start}..={} of every built-in scenario{mode}", start + (seeds - 1));
-    let m = measure(start, seeds, args.guided, jobs, &args.save)?;
+    let save = args.save.clone().unwrap_or_else(|| std::path::PathBuf::from(crate::corpus::FAILURES_DIR));
+    let m = measure(start, seeds, args.guided, jobs, &save)?;
     let line = serde_json::to_string(&m).expect("serializes");
     append_line(&out, &line)?;
     if args.json {
