@@ -215,10 +215,12 @@ impl Checker for ClaimProgress {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, H, PASS};
-    use leasesim_vocab::op::Op;
+    use crate::testkit::{cases, fence, o, H, PASS};
+    use leasesim_vocab::faults::FaultKind;
+    use leasesim_vocab::op::{Op, Refusal, Response};
+    use leasesim_vocab::truth::Fact;
     use leasesim_vocab::task::{TaskKind, TaskSpec};
-    use leasesim_vocab::testimony::ReleaseCause;
+    use leasesim_vocab::testimony::{Event, ReleaseCause};
     use leasesim_vocab::truth::Sender;
 
     /// p1.1 gives back task `id`, started (`interrupted`) or not.
@@ -245,11 +247,65 @@ mod tests {
             .ended_ok(1_500, 3, 1, p)
     }
 
+    /// p1.1 (two slots) runs t1 and t2 from 10 ms; the heal is at 100 ms;
+    /// t1's body returns at 200 ms and its completion is refused for
+    /// `reason` by a fault; t2 runs on. t3 is due from the heal.
+    fn outcome_refused(reason: Refusal) -> H {
+        let p = o(1, 1);
+        let h = H::new()
+            .up(p)
+            .created(1, TaskKind::Job)
+            .created(2, TaskKind::Job)
+            .created(3, TaskKind::Job)
+            .begun(10, 1, 1, p)
+            .begun(10, 2, 1, p)
+            .at(100)
+            .heal()
+            .at(200)
+            .finished(1, 1, p, true);
+        refuse_completion(h, reason)
+    }
+
+    /// t1's completion arrives from p1.1 and a fault refuses it.
+    fn refuse_completion(h: H, reason: Refusal) -> H {
+        let p = o(1, 1);
+        let (h, req) = h.arrive(Sender::Worker(p), Op::Complete { fence: fence(1, 1, p) });
+        h.fact(Fact::Refused { req, response: Response::Rejected { reason }, fault: Some(FaultKind::LockTimeout) })
+    }
+
+    /// After a retryable refusal the engine tries again at 300 ms (refused
+    /// again); a heartbeat at 1199 ms samples the slots just before t1's
+    /// finalization deadline (1000 ms) runs out; at 1200 ms it gives up.
+    fn tried_again_until_the_deadline() -> H {
+        let p = o(1, 1);
+        refuse_completion(outcome_refused(Refusal::LockTimeout).at(300), Refusal::LockTimeout)
+            .at(1_199)
+            .heartbeat(p)
+            .at(1_200)
+            .ev(Event::FinalizeTimedOut { fence: fence(1, 1, p) })
+            .unpermit(p, 1, 1)
+    }
+
     fn job_at(not_before_ms: u64) -> TaskSpec {
         TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms, queue: None }
     }
 
     cases! {
+        // An engine that tries an outcome again after a retryable refusal
+        // (`outcome_retry`) keeps the slot until a final answer or the
+        // finalization deadline (a-index-builds, guided seed
+        // 8771241161599496225: the slot was read as free from the refusal on).
+        slot_kept_after_a_retryable_refusal_passes:
+            tried_again_until_the_deadline().at(1_250).end().build()
+            => PASS;
+        // (outcome-kept also fires: the engine stopped trying at 300 ms.)
+        slot_free_once_the_deadline_ran_out:
+            tried_again_until_the_deadline().at(2_201).end().build()
+            => &[(crate::outcome_kept::NAME, Some(1)), (NAME, Some(3))];
+        slot_free_after_a_final_refusal:
+            outcome_refused(Refusal::NotOwner).unpermit(o(1, 1), 1, 1).at(1_199).heartbeat(o(1, 1))
+                .at(1_250).end().build()
+            => &[(NAME, Some(3))];
         claimed_within_bound_after_heal_passes:
             H::new().up(o(1, 1)).created(1, TaskKind::Job)
                 .at(100).heal()

@@ -256,6 +256,9 @@ pub struct CallView {
 pub struct View {
     concurrency: u32,
     finalize_deadline_ms: u64,
+    /// The engine tries an outcome's transaction again after a retryable
+    /// refusal (`Promises::outcome_retry`): such a refusal does not end it.
+    outcome_retry: bool,
     pub now_ms: u64,
     pub heal_ms: Option<u64>,
     pub end_ms: Option<u64>,
@@ -321,6 +324,7 @@ impl View {
         View {
             concurrency: spec.promises.concurrency,
             finalize_deadline_ms: spec.promises.finalize_deadline_ms,
+            outcome_retry: spec.promises.outcome_retry,
             txn_timeout_ms: spec.promises.txn_timeout_ms,
             replaced_txns_end: spec.promises.replaced_txns_end,
             txn_timeout_from: spec.promises.txn_timeout_from,
@@ -628,13 +632,13 @@ impl View {
             Fact::Dropped { req } => {
                 self.requests.remove(req);
             }
-            Fact::Refused { req, .. } => {
+            Fact::Refused { req, response, .. } => {
                 if let Some(r) = self.requests.remove(req) {
                     // A refused statement's transaction is aborted with it.
                     if let Some((txn, _)) = r.txn {
                         self.end_txn(txn);
                     }
-                    self.answer_reached(&r, now, None);
+                    self.answer_reached(&r, now, Some(response));
                 }
             }
             Fact::Handed { req } => {
@@ -774,16 +778,24 @@ impl View {
         }
     }
 
-    /// The caller of `r` got its answer (`None`: the harness's refusal). An
-    /// attempt's final outcome answer ends its finalization.
+    /// The caller of `r` got its answer (`None`: an answer the store gave
+    /// but the history no longer holds). An attempt's final outcome answer
+    /// ends its finalization; a retryable refusal of any statement of it
+    /// does not, when the engine tries the outcome again
+    /// (`Promises::outcome_retry`): its slot stays in use until a final
+    /// answer or the finalization deadline.
     fn answer_reached(&mut self, r: &RequestView, _now: u64, response: Option<&Response>) {
         let Sender::Worker(owner) = r.from else { return };
         if r.duplicate {
             return;
         }
+        let tried_again = self.outcome_retry
+            && matches!(response, Some(Response::Rejected { reason }) if crate::outcome_kept::retryable(reason));
+        let refused = matches!(response, Some(Response::Rejected { .. }) | None);
         let fence = match &r.request {
+            _ if tried_again => None,
             Op::Complete { fence } | Op::Fail { fence, .. } => Some(*fence),
-            Op::LeaseValid { fence } if matches!(response, Some(Response::Valid { valid: false }) | None) => {
+            Op::LeaseValid { fence } if refused || matches!(response, Some(Response::Valid { valid: false })) => {
                 Some(*fence)
             }
             Op::ClearStageLink { fence } if !matches!(response, Some(Response::Applied { .. })) => Some(*fence),
