@@ -218,9 +218,9 @@ mod tests {
     use crate::testkit::{cases, fence, o, H, PASS};
     use leasesim_vocab::faults::FaultKind;
     use leasesim_vocab::op::{Op, Refusal, Response};
-    use leasesim_vocab::truth::Fact;
     use leasesim_vocab::task::{TaskKind, TaskSpec};
     use leasesim_vocab::testimony::{Event, ReleaseCause};
+    use leasesim_vocab::truth::Fact;
     use leasesim_vocab::truth::Sender;
 
     /// p1.1 gives back task `id`, started (`interrupted`) or not.
