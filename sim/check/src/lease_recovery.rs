@@ -51,8 +51,16 @@ impl LeaseRecovery {
             // Why it is owed (an expiry, or its owner dead since), and how
             // long recovery may take; the reason is put in words only for
             // a violation (this runs for every leased task at every record).
+            // A row another transaction holds locked cannot be reclaimed
+            // (recovery skips locked rows, as `SKIP LOCKED` does); the
+            // store ends that transaction by its timeout at the latest.
+            // Recovery is owed from the expiry, or from the lock's end.
+            if ctx.view.locked_at(id, now) {
+                continue;
+            }
+            let unlocked = ctx.view.unlocked_at(id, now);
             let (from, since, expired, allowed) = match (t.row.lease_expiry_ms, t.row.owner) {
-                (Some(expiry), _) => (expiry.max(heal), expiry, true, bound),
+                (Some(expiry), _) => (expiry.max(heal).max(unlocked), expiry, true, bound),
                 (None, Some(owner)) => match dead_since(ctx, owner) {
                     Some(dead) => (dead.max(heal), dead, false, bound + cfg.cleanup_interval_ms),
                     None => continue,
@@ -69,6 +77,9 @@ impl LeaseRecovery {
             self.reported.insert(id);
             let why = match t.row.owner {
                 Some(owner) if !expired => format!("its owner {owner} counts as dead since {since} ms"),
+                _ if unlocked > since.max(heal) => {
+                    format!("its lease expired at {since} ms and its row was locked until {unlocked} ms")
+                }
                 _ => format!("its lease expired at {since} ms"),
             };
             let mut v = Violation::new(
@@ -175,6 +186,41 @@ mod tests {
         let beats = [100_000, 200_000];
         run_case_in("rows_stopped_inside", &late_spec(), held_late(&beats, None, 432_000), PASS);
         run_case_in("rows_stopped_outside", &late_spec(), held_late(&beats, None, 432_001), &[(NAME, Some(4))]);
+    }
+
+    /// t1 (a workflow task, lease 3 s) begun on p1.1 at 10 ms, expired at
+    /// 3010 ms; the heal at 600 ms; its body fails at 2800 ms. At 2900 ms
+    /// p1.1's transaction 1 checks
+    /// the lease (valid: the row is locked); p1.1 is killed at 3000 ms and
+    /// never ends it: the store ends it by its timeout (30 s) at 32900 ms.
+    fn locked_past_expiry() -> H {
+        H::new()
+            .up(o(1, 1))
+            .up(o(2, 1))
+            .created(1, TaskKind::WorkflowTask)
+            .begun(10, 1, 1, o(1, 1))
+            .at(600)
+            .heal()
+            .at(2_800)
+            .finished(1, 1, o(1, 1), false)
+            .at(2_900)
+            .in_txn(o(1, 1), 1, false)
+            .lease_checked(1, 1, o(1, 1), true)
+            .at(3_000)
+            .killed(o(1, 1))
+    }
+
+    #[test]
+    fn an_expired_lease_behind_a_lock_is_owed_from_the_lock_end() {
+        // swarm, guided seed 64142402098068104: a held lease check applied
+        // at the heal opened a transaction whose client had given up; its
+        // lock kept recovery off the expired row until the store's timeout
+        // ended it, and the checker counted from the expiry.
+        let reclaimed = locked_past_expiry().at(34_800).released(1, 1, o(2, 1)).attempt_ok(34_850, 1, 2, o(2, 1));
+        run_case_in("locked_reclaimed", &late_spec(), reclaimed.at(40_000).end().build(), PASS);
+        // Unlocked at 32900 ms, not reclaimed 2001 ms later.
+        let left = locked_past_expiry().at(34_901).end().build();
+        run_case_in("locked_left", &late_spec(), left, &[(NAME, Some(1))]);
     }
 
     cases! {

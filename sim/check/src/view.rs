@@ -254,6 +254,9 @@ pub struct CallView {
 
 #[derive(Debug, Clone, Default)]
 pub struct View {
+    /// Per task: when the last transaction holding a lock on its row ended
+    /// (its commit, rollback, refusal, timeout or lost connection).
+    pub unlocked_ms: BTreeMap<TaskId, u64>,
     concurrency: u32,
     finalize_deadline_ms: u64,
     /// The engine tries an outcome's transaction again after a retryable
@@ -445,13 +448,27 @@ impl View {
         })
     }
 
+    /// When the last transaction holding a lock on the task's row ended, as
+    /// of `now` (0: never locked), one whose timeout ran out before `now`
+    /// included even if no record has ended it yet.
+    pub fn unlocked_at(&self, task: TaskId, now: u64) -> u64 {
+        let ended = self.unlocked_ms.get(&task).copied().unwrap_or(0);
+        self.txns
+            .values()
+            .filter(|t| t.locks.contains(&task) && !t.in_time(now, self.txn_timeout_ms))
+            .map(|t| t.counted_from_ms + self.txn_timeout_ms)
+            .fold(ended, u64::max)
+    }
+
     /// Transactions open past `txn_timeout_ms` end as the store ends them.
     fn expire_txns(&mut self, now: u64) {
         let timeout_ms = self.txn_timeout_ms;
         let expired: Vec<TxnId> =
             self.txns.iter().filter(|(_, t)| !t.in_time(now, timeout_ms)).map(|(id, _)| *id).collect();
         for txn in expired {
-            self.end_txn(txn);
+            // It ended when its timeout ran out, not when a record noticed.
+            let ended_ms = self.txns.get(&txn).map_or(now, |t| t.counted_from_ms + timeout_ms);
+            self.end_txn_at(txn, ended_ms);
             self.abandoned.push((txn, TxnEnd::TimedOut));
         }
     }
@@ -492,7 +509,17 @@ impl View {
     }
 
     fn end_txn(&mut self, txn: TxnId) {
-        self.txns.remove(&txn);
+        self.end_txn_at(txn, self.now_ms);
+    }
+
+    /// `txn` ended at `ended_ms`: its row locks are free from then on.
+    fn end_txn_at(&mut self, txn: TxnId, ended_ms: u64) {
+        if let Some(t) = self.txns.remove(&txn) {
+            for task in t.locks {
+                let unlocked = self.unlocked_ms.entry(task).or_insert(ended_ms);
+                *unlocked = (*unlocked).max(ended_ms);
+            }
+        }
         self.txn_ended.insert(txn);
     }
 
