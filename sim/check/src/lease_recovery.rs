@@ -52,9 +52,10 @@ impl LeaseRecovery {
             // long recovery may take; the reason is put in words only for
             // a violation (this runs for every leased task at every record).
             // A row another transaction holds locked cannot be reclaimed
-            // (recovery skips locked rows, as `SKIP LOCKED` does); the
-            // store ends that transaction by its timeout at the latest.
-            // Recovery is owed from the expiry, or from the lock's end.
+            // (recovery skips locked rows, as `SKIP LOCKED` does, or waits
+            // for them); the store ends that transaction by its timeout at
+            // the latest. Recovery is owed from the expiry (or the owner's
+            // death), or from the lock's end if that is later.
             if ctx.view.locked_at(id, now) {
                 continue;
             }
@@ -62,7 +63,7 @@ impl LeaseRecovery {
             let (from, since, expired, allowed) = match (t.row.lease_expiry_ms, t.row.owner) {
                 (Some(expiry), _) => (expiry.max(heal).max(unlocked), expiry, true, bound),
                 (None, Some(owner)) => match dead_since(ctx, owner) {
-                    Some(dead) => (dead.max(heal), dead, false, bound + cfg.cleanup_interval_ms),
+                    Some(dead) => (dead.max(heal).max(unlocked), dead, false, bound + cfg.cleanup_interval_ms),
                     None => continue,
                 },
                 (None, None) => continue,
@@ -76,6 +77,11 @@ impl LeaseRecovery {
             }
             self.reported.insert(id);
             let why = match t.row.owner {
+                Some(owner) if !expired && unlocked > since.max(heal) => {
+                    format!(
+                        "its owner {owner} counts as dead since {since} ms and its row was locked until {unlocked} ms"
+                    )
+                }
                 Some(owner) if !expired => format!("its owner {owner} counts as dead since {since} ms"),
                 _ if unlocked > since.max(heal) => {
                     format!("its lease expired at {since} ms and its row was locked until {unlocked} ms")
@@ -132,13 +138,13 @@ impl Checker for LeaseRecovery {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, run_case_in, spec, H, PASS};
+    use crate::testkit::{cases, fence, o, run_case_in, spec, H, PASS};
     use crate::Spec;
     use leasesim_vocab::ids::Owner;
     use leasesim_vocab::op::{Op, Response};
     use leasesim_vocab::task::TaskKind;
     use leasesim_vocab::testimony::ReleaseCause;
-    use leasesim_vocab::truth::Sender;
+    use leasesim_vocab::truth::{Fact, Reply, Sender};
 
     /// Heartbeats answered as graphile's store answers them: the row of
     /// `SELECT * FROM worker_heartbeat(..)`, no acknowledgement, no testimony.
@@ -208,6 +214,53 @@ mod tests {
             .lease_checked(1, 1, o(1, 1), true)
             .at(3_000)
             .killed(o(1, 1))
+    }
+
+    /// Job t1 (owned by its worker's heartbeats) begun on p1.1 at 10 ms,
+    /// after p1.1's only heartbeat: dead since 200000 ms (dead after 200 s).
+    /// Its body fails at 800 ms; p1.1's lease check (transaction 1) reaches
+    /// the store at 900 ms and is held there; p1.1 is killed at 1000 ms. The
+    /// store applies the check at 199 s (its answer lost): the row is locked
+    /// until the store's timeout ends the transaction, at 229 s.
+    fn dead_owner_locked() -> H {
+        let p = o(1, 1);
+        let h = H::new()
+            .up(p)
+            .heartbeat(p)
+            .up(o(2, 1))
+            .created(1, TaskKind::Job)
+            .begun(10, 1, 1, p)
+            .at(100)
+            .heal()
+            .at(800)
+            .finished(1, 1, p, false)
+            .at(900)
+            .in_txn(p, 1, false);
+        let (h, req) = h.arrive(Sender::Worker(p), Op::LeaseValid { fence: fence(1, 1, p) });
+        // p2.1 heartbeats on (every 90 s).
+        let h = h.at(1_000).killed(p).heartbeat(o(2, 1)).at(90_000).heartbeat(o(2, 1)).at(180_000).heartbeat(o(2, 1));
+        h.at(199_000).fact(Fact::Answered {
+            req,
+            response: Response::Valid { valid: true },
+            commit: Default::default(),
+            reply: Reply::Lost,
+        })
+    }
+
+    #[test]
+    fn a_dead_owners_task_behind_a_lock_is_owed_from_the_lock_end() {
+        // Owed from 229 s (not from the death at 200 s) with cleanup and
+        // recovery (32 s): released at 260.5 s passes, unreleased at
+        // 261.001 s fails.
+        let released = dead_owner_locked()
+            .at(250_000)
+            .heartbeat(o(2, 1))
+            .at(260_500)
+            .released(1, 1, o(2, 1))
+            .attempt_ok(260_600, 1, 2, o(2, 1));
+        run_case_in("dead_locked_released", &late_spec(), released.at(270_000).end().build(), PASS);
+        let left = dead_owner_locked().at(250_000).heartbeat(o(2, 1)).at(261_001).end().build();
+        run_case_in("dead_locked_left", &late_spec(), left, &[(NAME, Some(1))]);
     }
 
     #[test]
