@@ -57,6 +57,25 @@ fn last_sign_of_life(ctx: &Ctx, owner: Owner) -> Option<u64> {
     o.last_heartbeat_ms.or(o.first_seen_ms)
 }
 
+/// When the transaction that `r` commits began, if a recovery statement of
+/// it released `owner`'s tasks (`ReleaseOwners`).
+fn sweep_began(ctx: &Ctx, r: &RequestView, owner: Owner) -> Option<u64> {
+    let txn = match (&r.request, r.txn) {
+        (Op::Commit { txn }, _) => *txn,
+        (_, Some((txn, true))) => txn,
+        _ => return None,
+    };
+    ctx.view.txns.get(&txn).filter(|t| t.releases.contains(&owner)).map(|t| t.opened_ms)
+}
+
+/// The owner's last sign of life at the store before `at`: its last
+/// applied heartbeat then, or its first request (0: none).
+fn silent_as_of(ctx: &Ctx, owner: Owner, at: u64) -> u64 {
+    let Some(o) = ctx.view.owner(owner) else { return 0 };
+    let beat = o.heartbeats_ms.iter().rev().find(|&&t| t < at).copied();
+    beat.or(o.first_seen_ms.filter(|&t| t < at)).unwrap_or(0)
+}
+
 /// Why the holder's lease could be taken at `now`, or why it could not.
 pub(super) fn justify(
     ctx: &Ctx,
@@ -84,6 +103,19 @@ pub(super) fn justify(
     let silent_since = last.unwrap_or(0);
     if dead_may_lose && now.saturating_sub(silent_since) >= cfg.dead_after_ms {
         return Ok(format!("{owner} was silent at the store since {silent_since} ms"));
+    }
+    if let Some(began) = request.and_then(|r| sweep_began(ctx, r, owner)).filter(|_| dead_may_lose) {
+        // A recovery transaction reads which owners are dead, then
+        // releases their tasks by that list (graphile's sweep:
+        // `recover_dead_worker_jobs(ids)`); a heartbeat between the two
+        // does not undo its reason, which holds as of what it could read:
+        // an owner silent for `dead_after_ms` when it began.
+        let seen = silent_as_of(ctx, owner, began);
+        if began.saturating_sub(seen) >= cfg.dead_after_ms {
+            return Ok(format!(
+                "{owner} was silent at the store since {seen} ms when the recovery transaction releasing it began at {began} ms"
+            ));
+        }
     }
     if let Some(r) = request.filter(|r| r.from == Sender::Worker(owner)) {
         if let Op::ReturnOwn { owner: by, tasks, .. } = &r.request {
@@ -175,12 +207,59 @@ impl Checker for LeaseRevocation {
 #[cfg(test)]
 mod tests {
     use super::NAME;
-    use crate::testkit::{cases, o, H, PASS};
-    use leasesim_vocab::op::Op;
-    use leasesim_vocab::task::TaskKind;
-    use leasesim_vocab::testimony::ReleaseCause;
+    use crate::testkit::{cases, fence, o, H, PASS};
+    use leasesim_vocab::ids::TxnId;
+    use leasesim_vocab::op::{Op, Response};
+    use leasesim_vocab::task::{Row, TaskKind, TaskState};
+    use leasesim_vocab::testimony::{Event, ReleaseCause};
+    use leasesim_vocab::truth::Sender;
+
+    /// Job t1 (owned by heartbeat; dead after 200 s) run by p1.1 from
+    /// 10 ms, p1.1's only heartbeat at 0 ms, p1.1 paused from 100 ms.
+    /// p2.1's recovery transaction begins at `began` (its list of dead
+    /// workers), p1.1 resumes and heartbeats at 200.2 s, and the
+    /// transaction then releases p1.1's jobs by that list and commits at
+    /// 200.4 s. graphile-recovery seed 9327832014: the sweep
+    /// listed a paused worker, which heartbeated before the release.
+    fn swept_after_a_late_heartbeat(began: u64) -> H {
+        let (p, sweeper) = (o(1, 1), o(2, 1));
+        let txn = TxnId { owner: sweeper, seq: 1 };
+        let exec = |stmt: Op| Op::Exec { txn, stmt: Box::new(stmt), commit: false };
+        let list = exec(Op::Other { what: "list-dead-workers".into(), by: Some(sweeper) });
+        let release = exec(Op::ReleaseOwners { by: sweeper, owners: vec![p] });
+        let released = Event::LeaseReleased { fence: fence(1, 1, p), cause: ReleaseCause::DeadOwner };
+        let freed = |t: &mut Row| {
+            t.state = TaskState::Ready;
+            t.owner = None;
+        };
+        H::new()
+            .up(p)
+            .heartbeat(p)
+            .up(sweeper)
+            .created(1, TaskKind::Job)
+            .begun(10, 1, 1, p)
+            .at(100)
+            .paused(1)
+            .at(began)
+            .answer(Sender::Worker(sweeper), list, Response::Rows { count: 1 }, vec![], &[])
+            .at(200_200)
+            .resumed(1)
+            .heartbeat(p)
+            .at(200_300)
+            .answer(Sender::Worker(sweeper), release, Response::Released { tasks: 1 }, vec![], &[])
+            .at(200_400)
+            .answer(Sender::Worker(sweeper), Op::Commit { txn }, Response::Ack, vec![released], &[(1, &freed)])
+    }
 
     cases! {
+        // p1.1 silent 200.1 s when the sweep began: its reason holds.
+        sweep_that_began_while_the_owner_was_dead_passes:
+            swept_after_a_late_heartbeat(200_100).build()
+            => PASS;
+        // p1.1 silent 180 s when the sweep began, alive at its commit.
+        sweep_that_began_while_the_owner_was_alive:
+            swept_after_a_late_heartbeat(180_000).build()
+            => &[(NAME, Some(1))];
         expired_lease_reclaimed_passes:
             H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)
                 .at(10).grant(1, 1, o(1, 1))

@@ -116,6 +116,9 @@ pub struct OwnerView {
     pub first_seen_ms: Option<u64>,
     /// When the store last applied a heartbeat that it sent.
     pub last_heartbeat_ms: Option<u64>,
+    /// Every applied heartbeat's time, in order (what a transaction that
+    /// began earlier saw of the owner's life).
+    pub heartbeats_ms: Vec<u64>,
     /// Task bodies running on it now.
     pub bodies: BTreeSet<Fence>,
     /// Attempts whose body ended and whose outcome answer has not reached it
@@ -221,6 +224,9 @@ pub struct TxnView {
     /// statement was answered.
     pub counted_from_ms: u64,
     pub locks: BTreeSet<TaskId>,
+    /// Owners whose tasks a recovery statement of it released
+    /// (`ReleaseOwners`): it judged them dead from what it read.
+    pub releases: BTreeSet<Owner>,
 }
 
 impl TxnView {
@@ -532,7 +538,12 @@ impl View {
             return;
         }
         if !self.txns.contains_key(&txn) && !self.txn_ended.contains(&txn) {
-            let opened = TxnView { opened_ms: self.now_ms, counted_from_ms: self.now_ms, locks: BTreeSet::new() };
+            let opened = TxnView {
+                opened_ms: self.now_ms,
+                counted_from_ms: self.now_ms,
+                locks: BTreeSet::new(),
+                releases: BTreeSet::new(),
+            };
             self.txns.insert(txn, opened);
         }
         // PostgreSQL's idle timeout counts from the end of the latest
@@ -558,6 +569,7 @@ impl View {
             }
             if let Some(t) = self.txns.get_mut(&txn) {
                 t.locks.extend(held);
+                t.releases.extend(owners.iter().copied());
             }
             return;
         }
@@ -752,7 +764,9 @@ impl View {
         if let (Op::Heartbeat { .. }, Response::Ack | Response::Rows { .. }, Sender::Worker(owner)) =
             (&r.request, response, r.from)
         {
-            self.owners.entry(owner).or_default().last_heartbeat_ms = Some(now);
+            let o = self.owners.entry(owner).or_default();
+            o.last_heartbeat_ms = Some(now);
+            o.heartbeats_ms.push(now);
         }
         // Which request of a newer incarnation ends an older one's
         // transactions is the engine's promise: graphile's store ends them
