@@ -878,18 +878,25 @@ fn repair_backs_off_per_group_while_nothing_is_needed() {
     assert_eq!(h.store.repair[&g], RepairState { misses: 0, next_at_ms: 223_500 });
 }
 
+/// Group `g` holds a workflow task and an activity, both granted to A;
+/// returns the harness, the workflow task and its grant's fence.
+fn workflow_and_activity_granted(g: GroupId) -> (Harness, TaskId, Fence) {
+    let mut h = Harness::new();
+    let wf = h.enqueue_kind(TaskKind::WorkflowTask, Some(g));
+    h.enqueue_kind(TaskKind::Activity, Some(g));
+    let grants = h.claim(A, 2);
+    let wf_a = grants.iter().find(|gr| gr.fence.task == wf).unwrap().fence;
+    (h, wf, wf_a)
+}
+
 #[test]
 fn repair_looks_again_by_the_expiry_of_a_row_it_skipped_as_locked() {
     // A look skips a row a transaction holds (SKIP LOCKED), but that row's
     // lease still bounds the group's next look: once the lock goes, the
     // expired lease does not wait out a backoff computed without it (a
     // guided swarm run, seed 3151875752896229214, docs/false-alarms.md).
-    let mut h = Harness::new();
     let g = 7;
-    let wf = h.enqueue_kind(TaskKind::WorkflowTask, Some(g));
-    h.enqueue_kind(TaskKind::Activity, Some(g));
-    let grants = h.claim(A, 2);
-    let wf_a = grants.iter().find(|gr| gr.fence.task == wf).unwrap().fence;
+    let (mut h, wf, wf_a) = workflow_and_activity_granted(g);
     // Looks at 0 and 3 s; the workflow lease (10 s) bounds nothing yet.
     for at in [0, 3_000] {
         assert_eq!(h.at(at).released(Request::Repair { by: JANITOR }), 0);
@@ -908,12 +915,8 @@ fn repair_looks_again_by_the_expiry_of_a_row_it_skipped_as_locked() {
 
 #[test]
 fn repair_looks_at_once_while_a_locked_row_holds_an_expired_lease() {
-    let mut h = Harness::new();
     let g = 8;
-    let wf = h.enqueue_kind(TaskKind::WorkflowTask, Some(g));
-    h.enqueue_kind(TaskKind::Activity, Some(g));
-    let grants = h.claim(A, 2);
-    let wf_a = grants.iter().find(|gr| gr.fence.task == wf).unwrap().fence;
+    let (mut h, _, wf_a) = workflow_and_activity_granted(g);
     // Locked while its lease is still valid (9.9 s), then out (10 s): each
     // look skips it, and the next look is never later than the next pass.
     h.at(9_900);
