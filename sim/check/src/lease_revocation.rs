@@ -14,6 +14,8 @@
 //!   running or finalizing when it sent the request nor when the store
 //!   applied it, and the grant was older than a claim answer can be when it
 //!   sent the request;
+//! - for a heartbeat-owned task, the holder deregistered (said it is leaving)
+//!   and its attempt was not running or finalizing when the lease was taken;
 //! - the holder handed it back itself, naming it (a worker returning its
 //!   jobs as it shuts down): whether its body still ran then is
 //!   `execution-exclusive`'s to judge.
@@ -98,6 +100,17 @@ pub(super) fn justify(
     let dead_may_lose = before.lease_expiry_ms.is_none();
     if let Some(killed) = ctx.view.killed(owner).filter(|&k| dead_may_lose && k <= now) {
         return Ok(format!("{owner} was killed at {killed} ms"));
+    }
+    let left = ctx.view.owner(owner).and_then(|o| o.deregistered_ms).filter(|&d| dead_may_lose && d <= now);
+    if let Some(left) = left {
+        // The owner said it is leaving and keeps nothing alive (graphile's
+        // shutdown deletes its worker row, and a sweep frees its locks as
+        // orphans). A reason only while the attempt is not running: a
+        // shutdown that leaves before its jobs end hands them over live.
+        if !ctx.view.active(holder, now) {
+            return Ok(format!("{owner} deregistered at {left} ms and was not running it"));
+        }
+        return Err(format!("{owner} deregistered at {left} ms while its attempt was still running"));
     }
     let last = last_sign_of_life(ctx, owner);
     let silent_since = last.unwrap_or(0);
@@ -251,6 +264,21 @@ mod tests {
             .answer(Sender::Worker(sweeper), Op::Commit { txn }, Response::Ack, vec![released], &[(1, &freed)])
     }
 
+    /// Job t1 granted to p1.1 at 10 ms (its body started if `running`),
+    /// p1.1 deregisters at 40 s, and p2.1's sweep releases p1.1's locks as
+    /// orphans at 72 s, long before p1.1 could be silent for
+    /// `dead_after_ms`.
+    fn deregistered_then_swept(running: bool) -> H {
+        let (p, sweeper) = (o(1, 1), o(2, 1));
+        let h = H::new().up(p).up(sweeper).heartbeat(p).created(1, TaskKind::Job);
+        let h = if running { h.begun(10, 1, 1, p) } else { h.at(10).grant(1, 1, p) };
+        h.at(40_000)
+            .heartbeat(p)
+            .answer(Sender::Worker(p), Op::Deregister { owner: p }, Response::Rows { count: 1 }, vec![], &[])
+            .at(72_000)
+            .released_by(1, sweeper, Op::ReleaseOwners { by: sweeper, owners: vec![p] }, ReleaseCause::DeadOwner)
+    }
+
     cases! {
         // p1.1 silent 200.1 s when the sweep began: its reason holds.
         sweep_that_began_while_the_owner_was_dead_passes:
@@ -259,6 +287,17 @@ mod tests {
         // p1.1 silent 180 s when the sweep began, alive at its commit.
         sweep_that_began_while_the_owner_was_alive:
             swept_after_a_late_heartbeat(180_000).build()
+            => &[(NAME, Some(1))];
+        // graphile-recovery seed 9481116382: p1.1's claim answer was lost,
+        // so it never ran t1; it deregistered as it shut down, and p2.1's
+        // sweep freed its lock as an orphan 32 s later.
+        deregistered_owners_unstarted_job_released_passes:
+            deregistered_then_swept(false).build()
+            => PASS;
+        // A shutdown that leaves before its job ends: the job is handed
+        // over while it still runs.
+        deregistered_owners_running_job_released:
+            deregistered_then_swept(true).build()
             => &[(NAME, Some(1))];
         expired_lease_reclaimed_passes:
             H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::WorkflowTask)

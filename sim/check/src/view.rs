@@ -119,6 +119,9 @@ pub struct OwnerView {
     /// Every applied heartbeat's time, in order (what a transaction that
     /// began earlier saw of the owner's life).
     pub heartbeats_ms: Vec<u64>,
+    /// When the store applied its `Deregister` (it said it is leaving and
+    /// keeps nothing alive from then on).
+    pub deregistered_ms: Option<u64>,
     /// Task bodies running on it now.
     pub bodies: BTreeSet<Fence>,
     /// Attempts whose body ended and whose outcome answer has not reached it
@@ -767,6 +770,9 @@ impl View {
             let o = self.owners.entry(owner).or_default();
             o.last_heartbeat_ms = Some(now);
             o.heartbeats_ms.push(now);
+        }
+        if let (Op::Deregister { owner }, Response::Ack | Response::Rows { .. }) = (&r.request, response) {
+            self.owners.entry(*owner).or_default().deregistered_ms.get_or_insert(now);
         }
         // Which request of a newer incarnation ends an older one's
         // transactions is the engine's promise: graphile's store ends them

@@ -82,6 +82,15 @@ pub trait StoreSeam<E: EngineUnderTest>: Send + Sync + 'static {
     /// link saw it, not as the request claims.
     fn classify(&self, from: Sender, req: &E::Request) -> Op;
 
+    /// A request from `from` reached the running store, and its arrival is
+    /// recorded: what the store does on any request before serving it (a
+    /// PostgreSQL model closes the connections of incarnations a newer one
+    /// replaced, and ends transactions idle past their timeout). Called
+    /// after the arrival is recorded, not in `classify`, so that the history
+    /// shows the arrival before what it causes (a lock freed, a waiting
+    /// statement answered).
+    fn arrived(&self, _from: Sender) {}
+
     /// The answer to the request classified as `op`, in the harness's words.
     fn normalize(&self, op: &Op, resp: &E::Response) -> Response;
 

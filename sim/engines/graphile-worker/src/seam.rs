@@ -375,12 +375,20 @@ pub fn refusal_of(code: Option<&str>) -> Refusal {
 
 impl StoreSeam<Graphile> for GraphileStore {
     fn classify(&self, from: Sender, req: &Statement) -> Op {
-        self.housekeeping(from);
         let stmt = match req {
             Statement::Run { sql, .. } => self.db().statement_kind(sql),
             Statement::Commit { .. } | Statement::Rollback { .. } => None,
         };
         classify::op(&self.book, from, req, stmt)
+    }
+
+    fn arrived(&self, from: Sender) {
+        // Not in `classify`: a lock freed here wakes a waiting statement,
+        // whose answer the history must show after this arrival (graphile-
+        // recovery seed 56595635367: a new incarnation's first request
+        // closed the old one's transaction, and the `fail_job` it freed was
+        // recorded first, as if it had run under the lock).
+        self.housekeeping(from);
     }
 
     fn normalize(&self, op: &Op, resp: &Answer) -> Response {

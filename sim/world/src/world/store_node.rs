@@ -144,6 +144,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
             self.rec.fact(Fact::Dropped { req: id });
             return None;
         }
+        self.seam.arrived(from);
         self.crash.enter(id);
         let served = tokio::select! {
             biased;
