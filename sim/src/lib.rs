@@ -77,6 +77,7 @@ pub fn engines() {
     ONCE.call_once(|| {
         leasesim_builtin::register();
         leasesim_graphile::register();
+        leasesim_apalis::register();
     });
 }
 

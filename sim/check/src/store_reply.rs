@@ -173,7 +173,15 @@ impl Judge<'_> {
 
     fn claim(&self, owner: Owner, max: u32) -> Option<String> {
         let (c, resp) = (self.c, self.resp);
-        let Response::Claimed { grants } = resp else { return Some(format!("a claim answered {resp:?}")) };
+        let grants = match resp {
+            Response::Claimed { grants } => grants,
+            // A store may refuse a claim outright (apalis's fetch script
+            // errors for a worker whose registration another worker's
+            // recovery removed): nothing granted, nothing may change.
+            Response::Rejected { .. } if c.is_empty() => return None,
+            Response::Rejected { .. } => return Some(format!("a refused claim by {owner} changed the store")),
+            _ => return Some(format!("a claim answered {resp:?}")),
+        };
         if grants.len() as u32 > max {
             return Some(format!("a claim for at most {max} answered {} grants", grants.len()));
         }
@@ -224,6 +232,7 @@ impl Judge<'_> {
                 granted == expected
             }
             ClaimOrder::Due => self.due_order_kept(&due, &granted, max),
+            ClaimOrder::Any => granted.iter().all(|id| due.iter().any(|(_, d)| d == id)),
         };
         (!ok).then(|| {
             let first: Vec<String> = due.iter().take(max as usize + 2).map(|(at, id)| format!("t{id}@{at}")).collect();
@@ -546,6 +555,34 @@ mod tests {
             .unpermit(o(1, 1), 1, 1)
     }
 
+    /// An engine that fetches the head of a list (apalis): no order among
+    /// due tasks is promised.
+    fn any_order() -> crate::Spec {
+        let mut s = crate::testkit::spec();
+        s.promises.claim_order = leasesim_vocab::promise::ClaimOrder::Any;
+        s
+    }
+
+    #[test]
+    fn under_any_order_a_claim_may_pass_over_an_earlier_due_task() {
+        // t1 and t2 both due since 0; the claim for one takes t2.
+        let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job);
+        let history = h.at(10).grant(2, 1, o(1, 1)).build();
+        crate::testkit::run_case_in("any order, t2 first", &any_order(), history, PASS);
+    }
+
+    #[test]
+    fn under_any_order_a_claim_may_not_take_a_task_not_yet_due() {
+        // t2 is due only at 5 s; the claim at 10 ms takes it.
+        let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job);
+        let spec = leasesim_vocab::task::TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 5_000, queue: None };
+        let h = h.created_spec(2, spec);
+        let history = h.at(10).grant(2, 1, o(1, 1)).build();
+        // retry-clock judges the same grant from the row: early.
+        let both = &[(NAME, Some(2)), ("retry-clock", Some(2))];
+        crate::testkit::run_case_in("any order, t2 early", &any_order(), history, both);
+    }
+
     cases! {
         a_lock_wait_given_up_behind_an_open_transaction_passes:
             // graphile-recovery seed 9100000957: p2.4's sweep released
@@ -582,6 +619,21 @@ mod tests {
                 )
                 .build()
             => &[(NAME, Some(1))];
+        // apalis's fetch of a worker whose registration was removed.
+        refused_claim_that_changed_nothing_passes:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Op::Claim { owner: o(1, 1), max: 1, wait_ms: 0 },
+                    Response::Rejected { reason: Refusal::Error }, vec![], &[])
+                .build()
+            => PASS;
+        refused_claim_that_granted_a_task:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).answer(Sender::Worker(o(1, 1)), Op::Claim { owner: o(1, 1), max: 1, wait_ms: 0 },
+                    Response::Rejected { reason: Refusal::Error }, vec![],
+                    &[(1, &|t: &mut Row| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; })])
+                .build()
+            // testimony sees the same grant nobody was told of.
+            => &[(NAME, Some(1)), ("testimony", Some(1))];
         claim_passes_over_an_earlier_due_task:
             // t1 and t2 are both due since 0: a claim for one must take t1.
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job).created(2, TaskKind::Job)

@@ -230,6 +230,11 @@ pub enum ClaimOrder {
     DueThenId,
     /// By due time; among tasks due at the same instant, any.
     Due,
+    /// Any due tasks, in an order of the engine's own (apalis fetches the
+    /// head of a list that pushes, promotions and re-enqueued orphans join
+    /// at the tail): every granted task must be due; that none waits
+    /// forever is claim-progress's to judge.
+    Any,
 }
 
 /// What an engine can do. An invariant or coverage point about something

@@ -91,6 +91,16 @@ pub trait StoreSeam<E: EngineUnderTest>: Send + Sync + 'static {
     /// statement answered).
     fn arrived(&self, _from: Sender) {}
 
+    /// A request that does several things (a script that records the
+    /// outcomes of several tasks), told as the several things it does: it
+    /// is recorded as one request per part, each answered with its own
+    /// share of the commit (a task change goes to the part whose fence
+    /// names the task). Faults strike the whole request; the first part
+    /// decides which. Default: the one thing `classify` says.
+    fn classify_parts(&self, from: Sender, req: &E::Request) -> Vec<Op> {
+        vec![self.classify(from, req)]
+    }
+
     /// The answer to the request classified as `op`, in the harness's words.
     fn normalize(&self, op: &Op, resp: &E::Response) -> Response;
 

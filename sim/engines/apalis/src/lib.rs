@@ -9,6 +9,219 @@
 //! model of Redis that runs apalis's real Lua scripts (`redis-model/`, crate
 //! `leasesim-redis-model`, checked against a real redis-server).
 
+pub mod book;
 pub mod call;
+pub mod client;
+pub mod config;
 pub mod conn;
 pub mod resp;
+pub mod seam;
+pub mod wire;
+pub mod worker;
+
+use book::Book;
+use config::ApalisConfig;
+use leasesim_redis_model::Reply;
+use leasesim_vocab::promise::{Backoff, Capabilities, LeaseTerms, Promises};
+use leasesim_vocab::truth::ClientAnswer;
+use leasesim_world::engine::{self, Adapter, BoxFuture, ClientWorld, Engine, EngineUnderTest, StoreWorld, WorkerWorld};
+use leasesim_world::scenario::Scenario;
+use leasesim_world::world::{Action, WorldResult, WorldSpec};
+use seam::{ApalisStore, Command};
+use std::sync::Arc;
+
+/// The adapter's name, as a scenario's `[engine] name` gives it.
+pub const NAME: &str = "apalis-redis";
+
+/// apalis-redis, configured.
+#[derive(Debug, Clone)]
+pub struct Apalis {
+    pub cfg: ApalisConfig,
+}
+
+impl EngineUnderTest for Apalis {
+    type Request = Command;
+    type Response = Reply;
+    type Store = ApalisStore;
+    type Shared = Book;
+
+    fn start(&self, world: &StoreWorld) -> (Arc<ApalisStore>, Book) {
+        let book = Book::default();
+        let store = ApalisStore::new(&self.cfg, world.scenario.topology.workers, world.time.clone(), book.clone());
+        (Arc::new(store), book)
+    }
+
+    fn run_worker(&self, w: WorkerWorld<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(worker::run(self.cfg.clone(), w))
+    }
+
+    fn client_call(&self, c: ClientWorld<Self>, action: Action) -> BoxFuture<'static, ClientAnswer> {
+        Box::pin(client::call(self.cfg.clone(), c, action))
+    }
+
+    fn restart_delay_ms(&self) -> u64 {
+        self.cfg.restart_delay_ms
+    }
+}
+
+impl Engine for Apalis {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn promises(&self) -> Promises {
+        let c = &self.cfg;
+        let never = u64::MAX / 4;
+        Promises {
+            // apalis-core runs every task it fetched at once: no bound of
+            // its own (none is configured by the application here).
+            concurrency: u32::MAX / 4,
+            claim_batch_max: c.batch_size,
+            // An idle worker parks until something wakes it; its heartbeat
+            // timer does, every interval.
+            idle_poll_ms: c.heartbeat_interval_ms,
+            long_poll_ms: 0,
+            // Ownership is the worker's liveness: its name's score in the
+            // workers set (`keep_alive`), never a lease that expires.
+            lease_ttl: LeaseTerms::default(),
+            renew_divisor: 2,
+            heartbeat_interval_ms: c.heartbeat_interval_ms,
+            // `Config::orphaned_duration`: another worker's heartbeat
+            // re-enqueues the tasks of a name silent that long.
+            dead_after_ms: c.orphaned_after_ms(),
+            cleanup_interval_ms: c.heartbeat_interval_ms,
+            // `handle_results.lua`: a failure is due again `attempt`
+            // seconds after it; no backoff the vocabulary has fits, and
+            // retry-clock judges only the never-early half from the row.
+            backoff: Backoff::Doubling { base_ms: 0, cap_ms: 0 },
+            // `handle_results.lua` gives up at attempt 25, hard-coded.
+            max_retries: 24,
+            finalize_deadline_ms: c.response_timeout_ms,
+            rpc_timeout_ms: c.response_timeout_ms,
+            maintenance: Vec::new(),
+            maintenance_interval_ms: never,
+            txn_timeout_ms: never,
+            recovery_delay_ms: 0,
+            // The head of the active list, whatever its order.
+            claim_order: leasesim_vocab::promise::ClaimOrder::Any,
+            statement_time: leasesim_vocab::promise::StatementTime::Start,
+            enqueue_retry: None,
+            // A failed `handle_results` stops the worker (apalis-core's
+            // persistence goes Dead): nothing is tried again.
+            outcome_retry: false,
+            outcome_idempotent: false,
+            claim_fills_free_permits: false,
+            cadences: Vec::new(),
+            replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
+            txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            testimony: false,
+            permits: false,
+            leases: false,
+            fresh_attempts: false,
+            heartbeats: true,
+            orphan_recovery: false,
+            outcome_answers: false,
+            groups: false,
+            pipelines: false,
+            indexes: false,
+            maintenance: false,
+            transactions: false,
+            named_queues: false,
+            peer_notes: false,
+            enqueue_keys: false,
+            callbacks: false,
+            // apalis reads the wall clock, one for the whole world.
+            clock_seam: false,
+            long_polls: false,
+            fatal_errors: false,
+            // Commands travel on connections: never delivered twice.
+            redelivery: false,
+            periodic_passes: false,
+        }
+    }
+
+    fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {
+        match on.first() {
+            None => Ok(Arc::new(self.clone())),
+            Some(name) => Err(format!("unknown defect '{name}': apalis-redis runs as published, with no switches")),
+        }
+    }
+
+    fn switches_on(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn config(&self) -> toml::Table {
+        toml::Table::try_from(&self.cfg).expect("a configuration is a TOML table")
+    }
+
+    fn validate(&self, s: &Scenario) -> Result<(), String> {
+        let w = &s.workload;
+        let other = [
+            ("index_builds", w.index_builds + w.after_heal_index_builds),
+            ("authz_materializations", w.authz_materializations),
+            ("pipelines", w.pipelines),
+            ("workflow_runs", w.workflow_runs),
+            ("queues", w.queues),
+        ];
+        if let Some((field, _)) = other.iter().find(|(_, n)| *n > 0) {
+            return Err(format!("workload.{field}: apalis-redis runs plain jobs of one queue only (use workload.jobs)"));
+        }
+        if !w.script.is_empty() {
+            return Err("workload.script: apalis-redis scenarios push drawn jobs only".into());
+        }
+        if w.fatal_rate > 0.0 {
+            return Err("workload.fatal_rate: apalis-redis retries every failure (it has no fatal errors); use 0".into());
+        }
+        if s.faults.kinds.contains(&leasesim_vocab::faults::FaultKind::ClockOffset) && s.faults.max_clock_offset_ms > 0
+        {
+            return Err("faults.kinds: apalis-redis reads the one wall clock of the world; leave out clock-offset".into());
+        }
+        Ok(())
+    }
+
+    fn run(self: Arc<Self>, spec: WorldSpec, seed: u64) -> BoxFuture<'static, WorldResult> {
+        Box::pin(leasesim_world::world::run(self, spec, seed))
+    }
+}
+
+/// apalis-redis by name.
+pub struct ApalisAdapter;
+
+impl Adapter for ApalisAdapter {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "apalis-redis 1.0.0 (crates.io), its real worker and Lua scripts on the simulator: Redis job queue with orphan re-enqueueing"
+    }
+
+    fn switches(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+
+    fn configure(&self, table: &toml::Table) -> Result<Arc<dyn Engine>, String> {
+        let cfg: ApalisConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string().trim().replace('\n', " ");
+            if path.is_empty() || path == "." {
+                message
+            } else {
+                format!("{path}: {message}")
+            }
+        })?;
+        cfg.validate()?;
+        Ok(Arc::new(Apalis { cfg }))
+    }
+}
+
+/// Makes apalis-redis known by name (`engine::adapter("apalis-redis")`).
+pub fn register() {
+    engine::register(Arc::new(ApalisAdapter));
+}

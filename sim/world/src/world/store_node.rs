@@ -126,7 +126,10 @@ fn refused_by<R>(kind: FaultKind) -> Front<R> {
 struct Serving<'a, E: EngineUnderTest> {
     id: u64,
     req: E::Request,
-    op: &'a Op,
+    /// What the request does, one op per thing (see
+    /// [`crate::engine::StoreSeam::classify_parts`]); recorded as requests
+    /// `id`, `id + 1`, ... Faults are decided by the first.
+    parts: &'a [Op],
     duplicate: bool,
 }
 
@@ -134,14 +137,17 @@ impl<E: EngineUnderTest> StoreNode<E> {
     /// Serves one request. `None` means no answer is ever sent. A
     /// `duplicate` is a second delivery of a request already served: it is
     /// applied like any other, and its answer goes nowhere.
-    async fn handle_op(&self, from: Sender, req: E::Request, op: &Op, duplicate: bool) -> Option<E::Response> {
-        let id = self.next_req.fetch_add(1, Ordering::Relaxed) + 1;
+    async fn handle_op(&self, from: Sender, req: E::Request, parts: &[Op], duplicate: bool) -> Option<E::Response> {
+        assert!(!parts.is_empty(), "a request does at least one thing");
+        let id = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed) + 1;
         if self.rec.enabled() {
-            self.rec.fact(Fact::Arrived { req: id, from, request: op.clone(), duplicate });
+            for (req, op) in (id..).zip(parts) {
+                self.rec.fact(Fact::Arrived { req, from, request: op.clone(), duplicate });
+            }
         }
         if self.crash.is_down() {
             // The store process is down: nobody takes the request.
-            self.rec.fact(Fact::Dropped { req: id });
+            self.dropped(id, parts);
             return None;
         }
         self.seam.arrived(from);
@@ -151,10 +157,10 @@ impl<E: EngineUnderTest> StoreNode<E> {
             _ = self.crash.crashed() => {
                 // The process died holding it: no answer, nothing applied
                 // that was not already committed.
-                self.rec.fact(Fact::Dropped { req: id });
+                self.dropped(id, parts);
                 None
             }
-            served = self.serve(Serving { id, req, op, duplicate }) => served,
+            served = self.serve(Serving { id, req, parts, duplicate }) => served,
         };
         self.crash.leave(id);
         served.filter(|_| !duplicate)
@@ -163,7 +169,8 @@ impl<E: EngineUnderTest> StoreNode<E> {
     /// The request's way through the store process, up to its answer
     /// leaving (see `handle`).
     async fn serve(&self, s: Serving<'_, E>) -> Option<E::Response> {
-        let (id, op, duplicate) = (s.id, s.op, s.duplicate);
+        let (id, parts, duplicate) = (s.id, s.parts, s.duplicate);
+        let op = &parts[0];
         let arrived_ms = self.rec.now_ms();
         let name = op.op_name();
         // A statement timeout runs from the moment the store has the request:
@@ -174,7 +181,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
             Op::Maintain { timeout_ms, .. } => *timeout_ms,
             _ => None,
         };
-        let front = self.front(id, arrived_ms, s.req, op, duplicate);
+        let front = self.front(id, arrived_ms, s.req, parts, duplicate);
         let front = match timeout_ms {
             None => front.await,
             Some(t) => tokio::select! {
@@ -185,7 +192,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
         };
         let (resp, after) = match front {
             Front::Dropped => {
-                self.rec.fact(Fact::Dropped { req: id });
+                self.dropped(id, parts);
                 return None;
             }
             // A duplicate's refusal reaches nobody, but it was refused (and
@@ -193,7 +200,9 @@ impl<E: EngineUnderTest> StoreNode<E> {
             Front::Refused(reason, fault) => {
                 let resp = self.seam.refuse(op, reason, fault);
                 // What the store answered, in the harness's words.
-                self.rec.fact(Fact::Refused { req: id, response: self.seam.normalize(op, &resp), fault });
+                for (req, op) in (id..).zip(parts) {
+                    self.rec.fact(Fact::Refused { req, response: self.seam.normalize(op, &resp), fault });
+                }
                 return (!duplicate).then_some(resp);
             }
             Front::Answered(resp, after) => (resp, after),
@@ -209,13 +218,23 @@ impl<E: EngineUnderTest> StoreNode<E> {
             After::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             After::Hold(magnitude) => self.faults.hold(magnitude).await,
         }
-        self.rec.fact(Fact::Replied { req: id });
+        for req in (id..).take(parts.len()) {
+            self.rec.fact(Fact::Replied { req });
+        }
         Some(resp)
+    }
+
+    /// No answer will come for any part of the request.
+    fn dropped(&self, id: u64, parts: &[Op]) {
+        for req in (id..).take(parts.len()) {
+            self.rec.fact(Fact::Dropped { req });
+        }
     }
 
     /// The faults on the way in, then the engine's store: everything up to
     /// the answer.
-    async fn front(&self, id: u64, arrived_ms: u64, req: E::Request, op: &Op, duplicate: bool) -> Front<E::Response> {
+    async fn front(&self, id: u64, arrived_ms: u64, req: E::Request, parts: &[Op], duplicate: bool) -> Front<E::Response> {
+        let op = &parts[0];
         // A duplicate's answer has no caller: it is lost whatever happens.
         let mut after = if duplicate { After::Lose } else { After::Send };
         if let Some(front) = self.arrival_faults(op, &mut after).await {
@@ -229,7 +248,7 @@ impl<E: EngineUnderTest> StoreNode<E> {
         if duplicate {
             after = After::Lose;
         }
-        let resp = self.apply(id, arrived_ms, req, op, &after).await;
+        let resp = self.apply(id, arrived_ms, req, parts, &after).await;
         Front::Answered(resp, after)
     }
 
@@ -375,7 +394,8 @@ impl<E: EngineUnderTest> StoreNode<E> {
     /// and what its transaction changed. The store's rows the request may
     /// change are first checked against the tap's mirror: a difference there
     /// happened outside any request (drift).
-    async fn apply(&self, id: u64, arrived_ms: u64, req: E::Request, op: &Op, after: &After) -> E::Response {
+    async fn apply(&self, id: u64, arrived_ms: u64, req: E::Request, parts: &[Op], after: &After) -> E::Response {
+        let op = &parts[0];
         let drift = self.sync(Some(op));
         if !drift.is_empty() {
             self.rec.fact(Fact::Drift { commit: drift });
@@ -384,7 +404,9 @@ impl<E: EngineUnderTest> StoreNode<E> {
         // judge what a store does while it holds one.
         let held = matches!(op, Op::Claim { wait_ms, .. } if *wait_ms > 0) || matches!(op, Op::QueryIndex { .. });
         if held || self.rec.now_ms() > arrived_ms {
-            self.rec.fact(Fact::Handed { req: id });
+            for req in (id..).take(parts.len()) {
+                self.rec.fact(Fact::Handed { req });
+            }
         }
         let resp = self.seam.serve(req).await;
         // Same poll as the store's last apply: no other transaction between.
@@ -395,8 +417,10 @@ impl<E: EngineUnderTest> StoreNode<E> {
             After::Delay(_) | After::Hold(_) => Reply::Late,
         };
         if self.rec.enabled() {
-            let response = self.seam.normalize(op, &resp);
-            self.rec.fact(Fact::Answered { req: id, response, commit, reply });
+            for ((req, op), commit) in (id..).zip(parts).zip(split_commit(parts, commit)) {
+                let response = self.seam.normalize(op, &resp);
+                self.rec.fact(Fact::Answered { req, response, commit, reply });
+            }
         }
         resp
     }
@@ -464,12 +488,12 @@ impl<E: EngineUnderTest> StoreNode<E> {
 /// others), sending its answer back over the link.
 pub async fn serve<E: EngineUnderTest>(mut inbox: mpsc::UnboundedReceiver<Envelope<E>>, store: Arc<StoreNode<E>>) {
     while let Some(Envelope { from, req, reply, .. }) = inbox.recv().await {
-        let op = store.seam.classify(from, &req);
-        if let Some(after_ms) = store.duplicate_after_ms(&op) {
-            let (store, req, op) = (store.clone(), req.clone(), op.clone());
+        let parts = store.seam.classify_parts(from, &req);
+        if let Some(after_ms) = store.duplicate_after_ms(&parts[0]) {
+            let (store, req, parts) = (store.clone(), req.clone(), parts.clone());
             tokio::spawn(Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                store.handle_op(from, req, &op, true).await;
+                store.handle_op(from, req, &parts, true).await;
             }));
         }
         // Boxed: serving a request is a large future (every store fault's
@@ -478,11 +502,29 @@ pub async fn serve<E: EngineUnderTest>(mut inbox: mpsc::UnboundedReceiver<Envelo
         let store = store.clone();
         tokio::spawn(Box::pin(async move {
             // `None`: the answer is never sent (the store seam dropped it).
-            if let Some(resp) = store.handle_op(from, req, &op, false).await {
+            if let Some(resp) = store.handle_op(from, req, &parts, false).await {
                 reply.send(resp).await;
             }
         }));
     }
+}
+
+/// One request's commit, told part by part: each task change to the part
+/// whose fence names the task, the rest to the first part.
+fn split_commit(parts: &[Op], commit: Commit) -> Vec<Commit> {
+    if parts.len() == 1 {
+        return vec![commit];
+    }
+    let mut split: Vec<Commit> = parts.iter().map(|_| Commit::default()).collect();
+    let Commit { tasks, stages, materialized, queues } = commit;
+    for change in tasks {
+        let at = parts.iter().position(|op| op.fence().is_some_and(|f| f.task == change.after.id)).unwrap_or(0);
+        split[at].tasks.push(change);
+    }
+    split[0].stages = stages;
+    split[0].materialized = materialized;
+    split[0].queues = queues;
+    split
 }
 
 /// Requests whose transaction may change rows: any of them can abort on a

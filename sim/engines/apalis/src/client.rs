@@ -1,0 +1,36 @@
+//! The application's client: one call pushes one task through apalis's own
+//! sink (`RedisStorage::push_task`), over a connection of the harness's.
+//! The task's id is the application's (`TaskId::Int`, drawn from the
+//! world's book): apalis's default ULIDs draw on the OS, which no seed
+//! replays. It is not retried: the application makes one attempt.
+
+use crate::config::ApalisConfig;
+use crate::conn::SimRedis;
+use crate::wire::LinkWire;
+use crate::Apalis;
+use apalis_core::backend::TaskSink;
+use apalis_core::task::builder::TaskBuilder;
+use apalis_core::task::task_id::TaskId as ApalisTaskId;
+use apalis_redis::RedisStorage;
+use leasesim_vocab::truth::ClientAnswer;
+use leasesim_world::engine::ClientWorld;
+use leasesim_world::world::Action;
+use std::sync::Arc;
+
+pub async fn call(cfg: ApalisConfig, c: ClientWorld<Apalis>, action: Action) -> ClientAnswer {
+    let Action::Enqueue(_) = action else {
+        // The adapter's validation refuses workloads with anything but jobs.
+        unreachable!("apalis's workload only pushes jobs");
+    };
+    let conn = SimRedis::new(Arc::new(LinkWire { link: c.link, owner: None }), cfg.response_timeout_ms);
+    let mut sink = RedisStorage::<u64, SimRedis>::new(conn).with_config(cfg.apalis());
+    let id = c.shared.next_task();
+    let task = TaskBuilder::new(id).task_id(ApalisTaskId::Int(id)).build();
+    match sink.push_task(task).await {
+        Ok(()) => ClientAnswer::Enqueued { task: Some(id) },
+        Err(error) => {
+            tracing::debug!(%error, "push failed");
+            ClientAnswer::Enqueued { task: None }
+        }
+    }
+}

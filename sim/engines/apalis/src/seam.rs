@@ -1,0 +1,386 @@
+//! apalis's store process behind the harness's store seam: the Redis model
+//! running apalis's own scripts, each command classified in the harness's
+//! words ([`crate::call`] says which script it is), and every task's state
+//! read back from the keyspace.
+//!
+//! Redis runs one command at a time, a script atomically, so a command is
+//! served in one step. A task's row is what the keyspace says of it: in
+//! the done or dead set, in some worker's in-flight set (leased, to the
+//! process of the latest fetch that handed it out), or waiting in the
+//! active list or the scheduled set. Persistence is `appendfsync always`:
+//! a crash of the store process keeps every write it answered.
+
+use crate::book::{worker_name, Book};
+use crate::call::{self, Call, Keys};
+use crate::config::ApalisConfig;
+use crate::Apalis;
+use leasesim_redis_model::{Redis, Reply, Value};
+use leasesim_vocab::faults::FaultKind;
+use leasesim_vocab::ids::{Owner, TaskId, TxnId};
+use leasesim_vocab::op::{Grant, Op, Refusal, Response};
+use leasesim_vocab::task::{Row, TaskError, TaskKind, TaskSpec, TaskState};
+use leasesim_vocab::truth::{Commit, Sender, TaskChange};
+use leasesim_world::engine::{BoxFuture, LastLook, StoreSeam};
+use leasesim_world::world::sim_clock::SimTime;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// What a process sends the store: one command's words, and the harness's
+/// note of which process sent it (Redis never sees the note).
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub argv: Vec<Vec<u8>>,
+    pub owner: Option<Owner>,
+}
+
+pub struct ApalisStore {
+    redis: Mutex<Redis>,
+    keys: Keys,
+    book: Book,
+    time: SimTime,
+    /// The wall clock's ms at the world's start: apalis's scores are wall
+    /// seconds, read on the same (simulated) clock.
+    epoch_ms: u64,
+    /// Worker names of the world's processes.
+    names: Vec<String>,
+    /// The answer of the command just served, in the harness's words, for
+    /// `normalize` (called right after `serve`, with nothing in between).
+    answered: Mutex<Option<Response>>,
+    mirror: Mutex<BTreeMap<TaskId, Row>>,
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn job_spec() -> TaskSpec {
+    TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0, queue: None }
+}
+
+fn task_id(word: &str) -> Option<TaskId> {
+    word.parse().ok()
+}
+
+fn members(v: Option<&Value>) -> BTreeSet<Vec<u8>> {
+    match v {
+        Some(Value::Set(s)) => s.clone(),
+        Some(Value::List(l)) => l.iter().cloned().collect(),
+        Some(Value::ZSet(z)) => z.iter().map(|(m, _)| m.to_vec()).collect(),
+        Some(Value::Hash(h)) => h.keys().cloned().collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+impl ApalisStore {
+    pub fn new(cfg: &ApalisConfig, workers: u32, time: SimTime, book: Book) -> ApalisStore {
+        ApalisStore {
+            redis: Mutex::new(Redis::new()),
+            keys: Keys::of(&cfg.apalis()),
+            book,
+            time,
+            epoch_ms: wall_ms().saturating_sub(0),
+            names: (1..=workers).map(worker_name).collect(),
+            answered: Mutex::new(None),
+            mirror: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn redis(&self) -> std::sync::MutexGuard<'_, Redis> {
+        self.redis.lock().expect("redis model")
+    }
+
+    /// A wall-clock score in seconds, as the world's ms.
+    fn score_ms(&self, score_s: f64) -> u64 {
+        ((score_s.max(0.0) * 1_000.0) as u64).saturating_sub(self.epoch_ms)
+    }
+
+    /// The owners whose tasks `reenqueue_orphaned` will hand back, as its
+    /// sender judged them dead: for each worker name silent since
+    /// `expired_before_s` (only `only`, if given), every incarnation of its
+    /// process (one name stands for them all: a claim of an older one,
+    /// held up at the store, may still put a task in the name's set), but
+    /// never the sender itself.
+    fn expired(&self, by: Owner, expired_before_s: u64, only: Option<&str>) -> Vec<Owner> {
+        let now = self.time.now_ms();
+        let redis = self.redis();
+        let Some(Value::ZSet(workers)) = redis.get(now, self.keys.workers.as_bytes()) else { return Vec::new() };
+        let mut owners = Vec::new();
+        for (name, score) in workers.iter() {
+            let name = String::from_utf8_lossy(name);
+            if score > expired_before_s as f64 || only.is_some_and(|o| o != name) {
+                continue;
+            }
+            let Some(newest) = self.book.owner_named(&name) else { continue };
+            let incarnations = (1..=newest.incarnation).map(|incarnation| Owner { proc: newest.proc, incarnation });
+            owners.extend(incarnations.filter(|&o| o != by));
+        }
+        owners
+    }
+
+    /// Is the script this call names (EVALSHA) one the store has loaded?
+    /// A call answered NOSCRIPT runs nothing: apalis loads the script and
+    /// sends it again.
+    fn script_missing(&self, argv: &[Vec<u8>]) -> bool {
+        let evalsha = argv.first().is_some_and(|w| w.eq_ignore_ascii_case(b"EVALSHA"));
+        let Some(sha) = argv.get(1).filter(|_| evalsha) else { return false };
+        let exists = self.redis().apply(self.time.now_ms(), &[b"SCRIPT".to_vec(), b"EXISTS".to_vec(), sha.clone()]);
+        !matches!(exists, Reply::Array(Some(ref v)) if matches!(v.first(), Some(Reply::Int(1))))
+    }
+
+    /// Every task's row as the keyspace says it now.
+    fn rows(&self, previous: &BTreeMap<TaskId, Row>) -> BTreeMap<TaskId, Row> {
+        let now = self.time.now_ms();
+        let redis = self.redis();
+        let get = |key: &str| redis.get(now, key.as_bytes());
+        let done = members(get(&self.keys.done));
+        let dead = members(get(&self.keys.dead));
+        let waiting = members(get(&self.keys.active));
+        let scheduled = match get(&self.keys.scheduled) {
+            Some(Value::ZSet(z)) => z.iter().map(|(m, s)| (m.to_vec(), s)).collect(),
+            _ => BTreeMap::new(),
+        };
+        let mut inflight = BTreeSet::new();
+        for name in &self.names {
+            inflight.extend(members(get(&format!("{}:{name}", self.keys.inflight))));
+        }
+        let mut rows = BTreeMap::new();
+        for word in members(get(&self.keys.data)) {
+            let Some(id) = task_id(&String::from_utf8_lossy(&word)) else { continue };
+            let grant = self.book.current(id);
+            let (state, owner) = if done.contains(&word) {
+                (TaskState::Done, None)
+            } else if dead.contains(&word) {
+                (TaskState::Dead, None)
+            } else if inflight.contains(&word) && !waiting.contains(&word) {
+                (TaskState::Leased, grant.map(|f| f.owner))
+            } else {
+                (TaskState::Ready, None)
+            };
+            // A due task leaves the scheduled set for the active list (a
+            // fetch promotes it): its retry time stays what it was.
+            let retry_at_ms = match scheduled.get(&word) {
+                Some(&s) => self.score_ms(s),
+                None => previous.get(&id).map_or(0, |r| r.retry_at_ms),
+            };
+            rows.insert(
+                id,
+                Row {
+                    id,
+                    spec: job_spec(),
+                    state,
+                    owner,
+                    attempt: grant.map_or(0, |f| f.attempt),
+                    lease_expiry_ms: None,
+                    retries: self.book.failures(id),
+                    retry_at_ms,
+                    updated_ms: 0,
+                    repair_count: 0,
+                },
+            );
+        }
+        rows
+    }
+
+    /// What the command just applied means in the harness's words, with
+    /// the book kept: a fetch numbers its grants, a failure counts.
+    fn answer(&self, cmd: &Command, reply: &Reply) -> Option<Response> {
+        if let Reply::Error(_) = reply {
+            return Some(Response::Rejected { reason: Refusal::Error });
+        }
+        let owner = cmd.owner;
+        let count = match reply {
+            Reply::Int(n) => (*n).max(0) as u64,
+            _ => 0,
+        };
+        Some(match call::classify(&self.keys, &cmd.argv) {
+            Call::Fetch { .. } => {
+                let owner = owner?;
+                let grants = fetched(reply)
+                    .into_iter()
+                    .map(|task| Grant { fence: self.book.grant(task, owner), kind: TaskKind::Job, lease_expiry_ms: None })
+                    .collect();
+                Response::Claimed { grants }
+            }
+            Call::Push { tasks } if tasks.len() == 1 => {
+                Response::Enqueued { task: task_id(&tasks[0].task).unwrap_or_default() }
+            }
+            Call::Results { outcomes, .. } => {
+                // Each part's answer is read from its row (`normalize`).
+                for o in outcomes.iter().filter(|o| o.status != "Done") {
+                    self.book.failed(task_id(&o.task).unwrap_or_default());
+                }
+                return None;
+            }
+            Call::KeepAlive { .. } | Call::Register { .. } => Response::Ack,
+            Call::Reenqueue { .. } | Call::Release { .. } => Response::Released { tasks: count as u32 },
+            _ => Response::Rows { count },
+        })
+    }
+}
+
+/// One task's outcome as `handle_results` records it: `Done`, or a
+/// failure (retried, or dead at its last attempt).
+fn outcome(fence: leasesim_vocab::ids::Fence, status: &str) -> Op {
+    match status {
+        "Done" => Op::Complete { fence },
+        _ => Op::Fail { fence, error: TaskError::Conflict },
+    }
+}
+
+/// The task ids `fetch_next` answered: `{results, meta}`, each meta entry
+/// led by its task's id.
+fn fetched(reply: &Reply) -> Vec<TaskId> {
+    let Reply::Array(Some(parts)) = reply else { return Vec::new() };
+    let Some(Reply::Array(Some(meta))) = parts.get(1) else { return Vec::new() };
+    meta.iter()
+        .filter_map(|m| match m {
+            Reply::Array(Some(fields)) => match fields.first() {
+                Some(Reply::Bulk(Some(id))) => task_id(&String::from_utf8_lossy(id)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+impl StoreSeam<Apalis> for ApalisStore {
+    fn classify(&self, from: Sender, cmd: &Command) -> Op {
+        let owner = match from {
+            Sender::Worker(o) => Some(o),
+            _ => None,
+        };
+        let other = |what: String| Op::Other { what, by: owner };
+        if self.script_missing(&cmd.argv) {
+            return other("a script not loaded (NOSCRIPT)".into());
+        }
+        let call = call::classify(&self.keys, &cmd.argv);
+        let Some(owner) = owner else {
+            return match call {
+                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: job_spec(), key: None },
+                call => other(format!("{call:?}")),
+            };
+        };
+        match call {
+            Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
+            Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
+            Call::Reenqueue { expired_before_s, only } => {
+                Op::ReleaseOwners { by: owner, owners: self.expired(owner, expired_before_s, only.as_deref()) }
+            }
+            Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
+                Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
+                None => other("handle-results of a task id not the application's".into()),
+            },
+            Call::Release { tasks, .. } => {
+                Op::ReturnOwn { owner, tasks: tasks.iter().filter_map(|t| task_id(t)).collect(), interrupted: false }
+            }
+            Call::Deregister { .. } => Op::Deregister { owner },
+            Call::Lock { .. } => other("acquire-leases".into()),
+            Call::Renew { .. } => other("renew-leases".into()),
+            call => other(format!("{call:?}")),
+        }
+    }
+
+    fn arrived(&self, from: Sender) {
+        if let Sender::Worker(owner) = from {
+            self.book.heard(owner);
+        }
+    }
+
+    fn normalize(&self, op: &Op, reply: &Reply) -> Response {
+        let answered = self.answered.lock().expect("answered").take();
+        if let Reply::Error(_) = reply {
+            return Response::Rejected { reason: Refusal::Error };
+        }
+        match op {
+            // One outcome of a `handle_results` (perhaps one of several):
+            // its row, as the tap just read it, says what it did.
+            Op::Complete { fence } | Op::Fail { fence, .. } => {
+                let mirror = self.mirror.lock().expect("mirror");
+                let row = mirror.get(&fence.task);
+                let retry_at_ms = row.filter(|r| r.state == TaskState::Ready).map(|r| r.retry_at_ms);
+                let retry_at_ms = retry_at_ms.filter(|_| matches!(op, Op::Fail { .. }));
+                Response::Applied { retries: self.book.failures(fence.task), retry_at_ms }
+            }
+            _ => answered.unwrap_or(Response::Ack),
+        }
+    }
+
+    fn classify_parts(&self, from: Sender, cmd: &Command) -> Vec<Op> {
+        let (Sender::Worker(owner), false) = (from, self.script_missing(&cmd.argv)) else {
+            return vec![self.classify(from, cmd)];
+        };
+        match call::classify(&self.keys, &cmd.argv) {
+            // `handle_results` records several tasks' outcomes at once:
+            // one part per task, each speaking for the attempt this
+            // process holds of it.
+            Call::Results { outcomes, .. } if outcomes.len() > 1 => outcomes
+                .iter()
+                .map(|o| match task_id(&o.task) {
+                    Some(task) => outcome(self.book.held_by(task, owner), &o.status),
+                    None => Op::Other { what: "handle-results of a task id not the application's".into(), by: Some(owner) },
+                })
+                .collect(),
+            _ => vec![self.classify(from, cmd)],
+        }
+    }
+
+    fn refuse(&self, _op: &Op, why: Refusal, fault: Option<FaultKind>) -> Reply {
+        // Redis has no transactions to abort: what the harness refused on
+        // its behalf reaches the client as an error reply.
+        Reply::Error(format!("ERR leasesim refused the command ({why:?}, {fault:?})"))
+    }
+
+    fn serve(&self, cmd: Command) -> BoxFuture<'_, Reply> {
+        Box::pin(async move {
+            let now = self.time.now_ms();
+            let reply = self.redis().apply(now, &cmd.argv);
+            let answer = self.answer(&cmd, &reply);
+            *self.answered.lock().expect("answered") = answer;
+            reply
+        })
+    }
+
+    fn abort(&self, _txn: TxnId) {}
+
+    fn crash(&self) {
+        // `appendfsync always`: every answered write survives.
+    }
+
+    fn may_duplicate(&self, _op: &Op) -> bool {
+        // A command travels on a connection (TCP): never delivered twice.
+        false
+    }
+
+    fn tap(&self, _op: Option<&Op>) -> Commit {
+        if self.redis().take_dirty().is_empty() {
+            return Commit::default();
+        }
+        let now = self.time.now_ms();
+        let mut mirror = self.mirror.lock().expect("mirror");
+        let mut commit = Commit::default();
+        let rows = self.rows(&mirror);
+        for (id, mut after) in rows {
+            let before = mirror.get(&id).cloned();
+            after.updated_ms = before.as_ref().map_or(now, |b| b.updated_ms);
+            if before.as_ref() != Some(&after) {
+                after.updated_ms = now;
+                mirror.insert(id, after.clone());
+                commit.tasks.push(TaskChange { before, after });
+            }
+        }
+        commit
+    }
+
+    fn last_look(&self) -> LastLook {
+        let mirror = self.mirror.lock().expect("mirror");
+        let tasks = self
+            .rows(&mirror)
+            .into_iter()
+            .map(|(id, mut row)| {
+                row.updated_ms = mirror.get(&id).map_or(0, |m| m.updated_ms);
+                row
+            })
+            .collect();
+        LastLook { tasks, ..LastLook::default() }
+    }
+}
