@@ -575,7 +575,14 @@ mod tests {
     fn under_any_order_a_claim_may_not_take_a_task_not_yet_due() {
         // t2 is due only at 5 s; the claim at 10 ms takes it.
         let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job);
-        let spec = leasesim_vocab::task::TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 5_000, queue: None };
+        let spec = leasesim_vocab::task::TaskSpec {
+            kind: TaskKind::Job,
+            group: None,
+            stage: None,
+            index: None,
+            not_before_ms: 5_000,
+            queue: None,
+        };
         let h = h.created_spec(2, spec);
         let history = h.at(10).grant(2, 1, o(1, 1)).build();
         // retry-clock judges the same grant from the row: early.

@@ -170,17 +170,23 @@ impl Engine for Apalis {
             ("queues", w.queues),
         ];
         if let Some((field, _)) = other.iter().find(|(_, n)| *n > 0) {
-            return Err(format!("workload.{field}: apalis-redis runs plain jobs of one queue only (use workload.jobs)"));
+            return Err(format!(
+                "workload.{field}: apalis-redis runs plain jobs of one queue only (use workload.jobs)"
+            ));
         }
         if !w.script.is_empty() {
             return Err("workload.script: apalis-redis scenarios push drawn jobs only".into());
         }
         if w.fatal_rate > 0.0 {
-            return Err("workload.fatal_rate: apalis-redis retries every failure (it has no fatal errors); use 0".into());
+            return Err(
+                "workload.fatal_rate: apalis-redis retries every failure (it has no fatal errors); use 0".into()
+            );
         }
         if s.faults.kinds.contains(&leasesim_vocab::faults::FaultKind::ClockOffset) && s.faults.max_clock_offset_ms > 0
         {
-            return Err("faults.kinds: apalis-redis reads the one wall clock of the world; leave out clock-offset".into());
+            return Err(
+                "faults.kinds: apalis-redis reads the one wall clock of the world; leave out clock-offset".into()
+            );
         }
         Ok(())
     }

@@ -197,7 +197,11 @@ impl ApalisStore {
                 let owner = owner?;
                 let grants = fetched(reply)
                     .into_iter()
-                    .map(|task| Grant { fence: self.book.grant(task, owner), kind: TaskKind::Job, lease_expiry_ms: None })
+                    .map(|task| Grant {
+                        fence: self.book.grant(task, owner),
+                        kind: TaskKind::Job,
+                        lease_expiry_ms: None,
+                    })
                     .collect();
                 Response::Claimed { grants }
             }
@@ -317,7 +321,9 @@ impl StoreSeam<Apalis> for ApalisStore {
                 .iter()
                 .map(|o| match task_id(&o.task) {
                     Some(task) => outcome(self.book.held_by(task, owner), &o.status),
-                    None => Op::Other { what: "handle-results of a task id not the application's".into(), by: Some(owner) },
+                    None => {
+                        Op::Other { what: "handle-results of a task id not the application's".into(), by: Some(owner) }
+                    }
                 })
                 .collect(),
             _ => vec![self.classify(from, cmd)],

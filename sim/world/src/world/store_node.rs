@@ -233,7 +233,14 @@ impl<E: EngineUnderTest> StoreNode<E> {
 
     /// The faults on the way in, then the engine's store: everything up to
     /// the answer.
-    async fn front(&self, id: u64, arrived_ms: u64, req: E::Request, parts: &[Op], duplicate: bool) -> Front<E::Response> {
+    async fn front(
+        &self,
+        id: u64,
+        arrived_ms: u64,
+        req: E::Request,
+        parts: &[Op],
+        duplicate: bool,
+    ) -> Front<E::Response> {
         let op = &parts[0];
         // A duplicate's answer has no caller: it is lost whatever happens.
         let mut after = if duplicate { After::Lose } else { After::Send };
