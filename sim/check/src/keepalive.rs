@@ -360,4 +360,25 @@ mod tests {
                 .at(120_000).heartbeat(o(1, 1)).build()
             => &[(NAME, None)];
     }
+
+    /// A worker whose heartbeat round is three calls (apalis: keep-alive,
+    /// renewal, re-enqueue) heartbeats at 0 and at `next_ms`; the gap is
+    /// one interval (100 s) and each call's deadline (10 s), plus 1 s slack.
+    fn round_of_three(next_ms: u64, calls: u32) -> crate::Report {
+        let mut spec = crate::testkit::spec();
+        spec.promises.heartbeat_calls = calls;
+        let history = H::new().up(o(1, 1)).heartbeat(o(1, 1)).at(next_ms).heartbeat(o(1, 1)).build();
+        let expect: crate::testkit::Expect =
+            if next_ms > 100_000 + 10_000 * u64::from(calls) + 1_000 { &[(NAME, None)] } else { PASS };
+        crate::testkit::run_case_in(&format!("next heartbeat at {next_ms} ms, {calls} calls"), &spec, history, expect)
+    }
+
+    #[test]
+    fn a_heartbeat_round_of_several_calls_is_judged_from_its_end() {
+        // 131 s: inside three calls' deadlines; 131.001 s: one ms past.
+        round_of_three(131_000, 3);
+        round_of_three(131_001, 3);
+        // The same gap from a round of one call is late.
+        round_of_three(131_000, 1);
+    }
 }

@@ -79,10 +79,10 @@ pub fn orphan_age_ms(p: &Promises) -> u64 {
 }
 
 /// The longest gap between two heartbeats a live, connected worker sends:
-/// one interval after the previous call returned, which takes at most one
-/// RPC deadline.
+/// one interval after the previous round returned, whose calls take at most
+/// one RPC deadline each.
 pub fn heartbeat_gap_ms(p: &Promises) -> u64 {
-    p.heartbeat_interval_ms + p.rpc_timeout_ms
+    p.heartbeat_interval_ms + p.rpc_timeout_ms * u64::from(p.heartbeat_calls.max(1))
 }
 
 /// The longest a message takes between a process and the store seam, with

@@ -73,6 +73,7 @@ pub fn promises() -> Promises {
         replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
         // The earlier rule; transactions' own cases judge the idle one.
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
+        heartbeat_calls: 1,
     }
 }
 

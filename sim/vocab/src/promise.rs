@@ -111,6 +111,12 @@ pub struct Promises {
     /// From when the store counts `txn_timeout_ms` down.
     #[serde(default)]
     pub txn_timeout_from: TxnTimeoutFrom,
+    /// Store calls one heartbeat round makes, one after another, before the
+    /// next interval starts (apalis: keep-alive, lease renewal, orphan
+    /// re-enqueueing; the others: the heartbeat alone). Each may take up to
+    /// `rpc_timeout_ms`.
+    #[serde(default = "one_call")]
+    pub heartbeat_calls: u32,
 }
 
 /// A periodic pass, named by the request that starts it at the store.
@@ -204,6 +210,10 @@ pub enum ReplacedTxnsEnd {
     /// life from which the store learns of a restart (its other requests,
     /// recovery and maintenance passes, tell the store nothing of it).
     ClaimOrHeartbeat,
+}
+
+fn one_call() -> u32 {
+    1
 }
 
 /// From when the store counts a transaction's `txn_timeout_ms`: the

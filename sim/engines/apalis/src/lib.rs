@@ -114,6 +114,10 @@ impl Engine for Apalis {
             cadences: Vec::new(),
             replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
             txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
+            // apalis-core arms the next heartbeat only once the round is
+            // over: keep_alive, renew_leases (with lock_tasks), then
+            // reenqueue_orphaned, one after another.
+            heartbeat_calls: if c.lock_tasks { 3 } else { 2 },
         }
     }
 

@@ -342,6 +342,7 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::ClaimOrHeartbeat,
         // Its deadline is set when the transaction opens (store/txn.rs).
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
+        heartbeat_calls: 1,
     }
 }
 

@@ -136,6 +136,7 @@ impl Engine for Graphile {
             // transaction idle that long since its latest statement
             // (`GraphileStore::touch`, `housekeeping`).
             txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
+            heartbeat_calls: 1,
         }
     }
 
