@@ -63,11 +63,24 @@ impl SimRedis {
     }
 
     /// Sends one command and waits for its answer, at most the timeout.
+    ///
+    /// The deadline runs in a task of its own. The simulator's timer does
+    /// not forget a sleep that is dropped before its deadline: it still
+    /// wakes whoever polled it, then. Raced in the caller's task, every
+    /// answered command would wake apalis's worker again 500 ms later, and
+    /// apalis fetches on every wake: a worker kept busy polling by the
+    /// harness, and kept alive by it where a lost wake-up would leave a
+    /// real one asleep. tokio's timer wakes nobody for a dropped sleep.
     async fn send(&self, argv: Vec<Vec<u8>>) -> RedisResult<Value> {
         let _turn = self.turn.lock().await;
-        match tokio::time::timeout(self.response_timeout, self.wire.call(argv)).await {
-            Ok(reply) => resp::to_value(&reply),
-            Err(_) => Err(RedisError::from(std::io::Error::new(
+        let (wire, timeout) = (self.wire.clone(), self.response_timeout);
+        let (tx, rx) = futures::channel::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = tx.send(tokio::time::timeout(timeout, wire.call(argv)).await);
+        });
+        match rx.await {
+            Ok(Ok(reply)) => resp::to_value(&reply),
+            Ok(Err(_)) | Err(_) => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the simulated Redis did not answer within the response timeout",
             ))),

@@ -96,7 +96,10 @@ impl Engine for Apalis {
             backoff: Backoff::Doubling { base_ms: 0, cap_ms: 0 },
             // `handle_results.lua` gives up at attempt 25, hard-coded.
             max_retries: 24,
-            finalize_deadline_ms: c.response_timeout_ms,
+            // A finished task's result waits in apalis-core's event buffer
+            // until the worker's next wake-up drains it (`poll_ready`): at
+            // the latest its heartbeat timer's, then one call.
+            finalize_deadline_ms: c.heartbeat_interval_ms + c.response_timeout_ms,
             rpc_timeout_ms: c.response_timeout_ms,
             maintenance: Vec::new(),
             maintenance_interval_ms: never,

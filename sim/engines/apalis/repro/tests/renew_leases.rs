@@ -18,12 +18,14 @@
 //!
 //! Run: `cargo test --manifest-path sim/engines/apalis/repro/Cargo.toml -- --ignored --nocapture`
 
+#[path = "server.rs"]
+mod server;
+
 use apalis_core::backend::TaskSink;
 use apalis_core::error::BoxDynError;
 use apalis_core::worker::builder::WorkerBuilder;
 use apalis_redis::{Config, RedisStorage};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use server::Server;
 use std::time::{Duration, Instant};
 
 /// The heartbeat, short so the test is quick (apalis's default is 30 s).
@@ -32,42 +34,6 @@ const HEARTBEAT: Duration = Duration::from_millis(500);
 const JOB: Duration = Duration::from_secs(3);
 /// The longest the test waits for the worker.
 const WAIT: Duration = Duration::from_secs(8);
-
-/// A redis-server of the test's own, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} (install the Debian package redis-server): {e}"));
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn slow_job(_n: u32) -> Result<(), BoxDynError> {
     tokio::time::sleep(JOB).await;
