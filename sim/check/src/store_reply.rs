@@ -101,6 +101,13 @@ fn judge(a: &Answer, ctx: &Ctx, now: u64) -> Option<String> {
             return None;
         }
     }
+    // A request whose code the store did not have ran nothing, whatever it
+    // would have done (Redis's NOSCRIPT; apalis loads the script and sends
+    // the request again).
+    if let Response::Rejected { reason: Refusal::NotLoaded } = a.response {
+        return (!j.c.is_empty())
+            .then(|| format!("{} refused as not loaded changed the store", a.request.request.op_name()));
+    }
     match &a.request.request {
         Op::Heartbeat { .. } | Op::QueryIndex { .. } | Op::Other { .. } | Op::Deregister { .. } if !j.c.is_empty() => {
             Some("a read changed the store".into())
@@ -590,6 +597,30 @@ mod tests {
         crate::testkit::run_case_in("any order, t2 early", &any_order(), history, both);
     }
 
+    /// t1's body ends at 110 ms on p1.1; its completion at 120 ms is
+    /// refused as not loaded (NOSCRIPT), having changed the row if `applied`.
+    fn not_loaded_completion(applied: bool) -> H {
+        let done = |t: &mut Row| {
+            t.state = TaskState::Done;
+            t.owner = None;
+        };
+        let changed: &[(u64, &dyn Fn(&mut Row))] = if applied { &[(1, &done)] } else { &[] };
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .attempt_body(10, 1, 1, o(1, 1), true)
+            .at(120)
+            .answer(
+                Sender::Worker(o(1, 1)),
+                Op::Complete { fence: fence(1, 1, o(1, 1)) },
+                Response::Rejected { reason: Refusal::NotLoaded },
+                vec![],
+                changed,
+            )
+            .at(121)
+    }
+
     cases! {
         a_lock_wait_given_up_behind_an_open_transaction_passes:
             // graphile-recovery seed 9100000957: p2.4's sweep released
@@ -640,6 +671,15 @@ mod tests {
                     &[(1, &|t: &mut Row| { t.state = TaskState::Leased; t.owner = Some(o(1, 1)); t.attempt = 1; })])
                 .build()
             // testimony sees the same grant nobody was told of.
+            => &[(NAME, Some(1)), ("testimony", Some(1))];
+        // A script the store had not loaded (NOSCRIPT) ran nothing; the
+        // client loads it and sends the completion again.
+        outcome_refused_as_not_loaded_passes:
+            not_loaded_completion(false).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
+        outcome_refused_as_not_loaded_that_changed_the_store:
+            not_loaded_completion(true).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1).build()
             => &[(NAME, Some(1)), ("testimony", Some(1))];
         claim_passes_over_an_earlier_due_task:
             // t1 and t2 are both due since 0: a claim for one must take t1.

@@ -221,6 +221,10 @@ pub enum Refusal {
     Unavailable,
     /// Any other error the store answered.
     Error,
+    /// The store does not have the code the request runs (Redis's
+    /// NOSCRIPT: the script is not loaded, as after a restart): nothing ran,
+    /// and the client loads it and sends the request again.
+    NotLoaded,
 }
 
 impl Refusal {
@@ -239,6 +243,7 @@ impl Refusal {
             Refusal::Deadlock => "deadlock",
             Refusal::Unavailable => "unavailable",
             Refusal::Error => "error",
+            Refusal::NotLoaded => "not-loaded",
         }
     }
 
@@ -275,7 +280,8 @@ impl Refusal {
             | Refusal::Terminal
             | Refusal::Expired
             | Refusal::StageGuard
-            | Refusal::Error => None,
+            | Refusal::Error
+            | Refusal::NotLoaded => None,
         }
     }
 }

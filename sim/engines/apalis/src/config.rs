@@ -29,6 +29,12 @@ pub struct ApalisConfig {
     /// The `redis` crate's response timeout: a command unanswered this long
     /// fails with an I/O error, its effect unknown to the caller.
     pub response_timeout_ms: u64,
+    /// What survives a crash of the store process: `always`
+    /// (`appendfsync always`: every answered write), `everysec` (the
+    /// keyspace as of the last whole second: the writes of the second before
+    /// the crash are lost), `none` (no persistence: an empty keyspace). A
+    /// restart always empties the script cache (Redis never persists it).
+    pub persistence: Persistence,
     /// A worker whose `run` returned (apalis stops a worker on a failed
     /// heartbeat or event write) is started again after this long, under
     /// the same name, as a supervisor restarts it.
@@ -51,8 +57,18 @@ impl Default for ApalisConfig {
             emit_events: true,
             response_timeout_ms: crate::conn::RESPONSE_TIMEOUT_MS,
             restart_delay_ms: 1_000,
+            persistence: Persistence::Always,
         }
     }
+}
+
+/// Redis's persistence, as the deployment configures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persistence {
+    Always,
+    Everysec,
+    None,
 }
 
 /// A period of 0 would spin; one longer than a day is no longer a loop.

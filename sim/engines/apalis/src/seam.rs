@@ -7,12 +7,13 @@
 //! served in one step. A task's row is what the keyspace says of it: in
 //! the done or dead set, in some worker's in-flight set (leased, to the
 //! process of the latest fetch that handed it out), or waiting in the
-//! active list or the scheduled set. Persistence is `appendfsync always`:
-//! a crash of the store process keeps every write it answered.
+//! active list or the scheduled set. A crash of the store process keeps
+//! what the scenario's persistence keeps (`ApalisConfig::persistence`), and
+//! no loaded script.
 
 use crate::book::{worker_name, Book};
 use crate::call::{self, Call, Keys};
-use crate::config::ApalisConfig;
+use crate::config::{ApalisConfig, Persistence};
 use crate::Apalis;
 use leasesim_redis_model::{Redis, Reply, Value};
 use leasesim_vocab::faults::FaultKind;
@@ -47,6 +48,10 @@ pub struct ApalisStore {
     /// `normalize` (called right after `serve`, with nothing in between).
     answered: Mutex<Option<Response>>,
     mirror: Mutex<BTreeMap<TaskId, Row>>,
+    persistence: Persistence,
+    /// Under `everysec`: the keyspace as of the last fsync (the second it
+    /// was taken, and the keyspace).
+    fsynced: Mutex<(u64, BTreeMap<Vec<u8>, Value>)>,
 }
 
 fn wall_ms() -> u64 {
@@ -82,6 +87,20 @@ impl ApalisStore {
             names: (1..=workers).map(worker_name).collect(),
             answered: Mutex::new(None),
             mirror: Mutex::new(BTreeMap::new()),
+            persistence: cfg.persistence,
+            fsynced: Mutex::new((0, BTreeMap::new())),
+        }
+    }
+
+    /// Under `everysec`, the keyspace is written out at the first command
+    /// of each second: what a crash keeps.
+    fn fsync(&self, now_ms: u64) {
+        if self.persistence != Persistence::Everysec {
+            return;
+        }
+        let mut fsynced = self.fsynced.lock().expect("fsynced");
+        if fsynced.0 < now_ms / 1_000 {
+            *fsynced = (now_ms / 1_000, self.redis().dump(now_ms));
         }
     }
 
@@ -115,16 +134,6 @@ impl ApalisStore {
             owners.extend(incarnations.filter(|&o| o != by));
         }
         owners
-    }
-
-    /// Is the script this call names (EVALSHA) one the store has loaded?
-    /// A call answered NOSCRIPT runs nothing: apalis loads the script and
-    /// sends it again.
-    fn script_missing(&self, argv: &[Vec<u8>]) -> bool {
-        let evalsha = argv.first().is_some_and(|w| w.eq_ignore_ascii_case(b"EVALSHA"));
-        let Some(sha) = argv.get(1).filter(|_| evalsha) else { return false };
-        let exists = self.redis().apply(self.time.now_ms(), &[b"SCRIPT".to_vec(), b"EXISTS".to_vec(), sha.clone()]);
-        !matches!(exists, Reply::Array(Some(ref v)) if matches!(v.first(), Some(Reply::Int(1))))
     }
 
     /// Every task's row as the keyspace says it now.
@@ -184,8 +193,8 @@ impl ApalisStore {
     /// What the command just applied means in the harness's words, with
     /// the book kept: a fetch numbers its grants, a failure counts.
     fn answer(&self, cmd: &Command, reply: &Reply) -> Option<Response> {
-        if let Reply::Error(_) = reply {
-            return Some(Response::Rejected { reason: Refusal::Error });
+        if let Reply::Error(e) = reply {
+            return Some(Response::Rejected { reason: refusal(e) });
         }
         let owner = cmd.owner;
         let count = match reply {
@@ -222,6 +231,54 @@ impl ApalisStore {
     }
 }
 
+/// An error reply in the harness's words: NOSCRIPT ran nothing (the script
+/// is not loaded); anything else is an error the script raised.
+fn refusal(error: &str) -> Refusal {
+    match error.starts_with("NOSCRIPT") {
+        true => Refusal::NotLoaded,
+        false => Refusal::Error,
+    }
+}
+
+/// The keyspace back to `kept` (keys' expiries are not kept: apalis sets
+/// one only on idempotency keys, which the workload does not use).
+fn restore(redis: &mut Redis, now_ms: u64, kept: &BTreeMap<Vec<u8>, Value>) {
+    redis.apply(now_ms, &[b"FLUSHALL".to_vec()]);
+    for (key, value) in kept {
+        let mut argv = vec![Vec::new(), key.clone()];
+        match value {
+            Value::String(v) => {
+                argv[0] = b"SET".to_vec();
+                argv.push(v.clone());
+            }
+            Value::List(items) => {
+                argv[0] = b"RPUSH".to_vec();
+                argv.extend(items.iter().cloned());
+            }
+            Value::Set(members) => {
+                argv[0] = b"SADD".to_vec();
+                argv.extend(members.iter().cloned());
+            }
+            Value::ZSet(z) => {
+                argv[0] = b"ZADD".to_vec();
+                for (member, score) in z.iter() {
+                    argv.push(format!("{score}").into_bytes());
+                    argv.push(member.to_vec());
+                }
+            }
+            Value::Hash(h) => {
+                argv[0] = b"HSET".to_vec();
+                for (field, v) in h {
+                    argv.push(field.clone());
+                    argv.push(v.clone());
+                }
+            }
+        }
+        let reply = redis.apply(now_ms, &argv);
+        assert!(!matches!(reply, Reply::Error(_)), "restoring {}: {reply:?}", String::from_utf8_lossy(key));
+    }
+}
+
 /// One task's outcome as `handle_results` records it: `Done`, or a
 /// failure (retried, or dead at its last attempt).
 fn outcome(fence: leasesim_vocab::ids::Fence, status: &str) -> Op {
@@ -254,9 +311,6 @@ impl StoreSeam<Apalis> for ApalisStore {
             _ => None,
         };
         let other = |what: String| Op::Other { what, by: owner };
-        if self.script_missing(&cmd.argv) {
-            return other("a script not loaded (NOSCRIPT)".into());
-        }
         let call = call::classify(&self.keys, &cmd.argv);
         let Some(owner) = owner else {
             return match call {
@@ -292,8 +346,8 @@ impl StoreSeam<Apalis> for ApalisStore {
 
     fn normalize(&self, op: &Op, reply: &Reply) -> Response {
         let answered = self.answered.lock().expect("answered").take();
-        if let Reply::Error(_) = reply {
-            return Response::Rejected { reason: Refusal::Error };
+        if let Reply::Error(e) = reply {
+            return Response::Rejected { reason: refusal(e) };
         }
         match op {
             // One outcome of a `handle_results` (perhaps one of several):
@@ -310,7 +364,7 @@ impl StoreSeam<Apalis> for ApalisStore {
     }
 
     fn classify_parts(&self, from: Sender, cmd: &Command) -> Vec<Op> {
-        let (Sender::Worker(owner), false) = (from, self.script_missing(&cmd.argv)) else {
+        let Sender::Worker(owner) = from else {
             return vec![self.classify(from, cmd)];
         };
         match call::classify(&self.keys, &cmd.argv) {
@@ -339,6 +393,7 @@ impl StoreSeam<Apalis> for ApalisStore {
     fn serve(&self, cmd: Command) -> BoxFuture<'_, Reply> {
         Box::pin(async move {
             let now = self.time.now_ms();
+            self.fsync(now);
             let reply = self.redis().apply(now, &cmd.argv);
             let answer = self.answer(&cmd, &reply);
             *self.answered.lock().expect("answered") = answer;
@@ -349,7 +404,16 @@ impl StoreSeam<Apalis> for ApalisStore {
     fn abort(&self, _txn: TxnId) {}
 
     fn crash(&self) {
-        // `appendfsync always`: every answered write survives.
+        // A restarted server has no scripts loaded: apalis's next call of
+        // each is answered NOSCRIPT, and apalis loads it again.
+        let now = self.time.now_ms();
+        let mut redis = self.redis();
+        redis.apply(now, &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
+        match self.persistence {
+            Persistence::Always => {}
+            Persistence::None => drop(redis.apply(now, &[b"FLUSHALL".to_vec()])),
+            Persistence::Everysec => restore(&mut redis, now, &self.fsynced.lock().expect("fsynced").1),
+        }
     }
 
     fn may_duplicate(&self, _op: &Op) -> bool {
@@ -388,5 +452,34 @@ impl StoreSeam<Apalis> for ApalisStore {
             })
             .collect();
         LastLook { tasks, ..LastLook::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::restore;
+    use leasesim_redis_model::Redis;
+
+    fn run(redis: &mut Redis, words: &[&str]) {
+        let argv: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        redis.apply(0, &argv);
+    }
+
+    /// What `everysec` keeps comes back whole: every kind of value apalis
+    /// uses, scores exact, list order kept; what came after is gone.
+    #[test]
+    fn a_restart_restores_the_fsynced_keyspace() {
+        let mut redis = Redis::new();
+        run(&mut redis, &["SET", "s", "v"]);
+        run(&mut redis, &["RPUSH", "q:active", "3", "1", "2"]);
+        run(&mut redis, &["SADD", "q:done", "7", "8"]);
+        run(&mut redis, &["ZADD", "q:scheduled", "1733366400.25", "4", "-0.5", "5"]);
+        run(&mut redis, &["HSET", "q:meta:4", "attempts", "2", "status", "Failed"]);
+        let kept = redis.dump(0);
+        run(&mut redis, &["SADD", "q:done", "9"]);
+        run(&mut redis, &["DEL", "q:active"]);
+        run(&mut redis, &["SET", "later", "x"]);
+        restore(&mut redis, 0, &kept);
+        assert_eq!(redis.dump(0), kept);
     }
 }
