@@ -604,21 +604,15 @@ mod tests {
             t.state = TaskState::Done;
             t.owner = None;
         };
-        let changed: &[(u64, &dyn Fn(&mut Row))] = if applied { &[(1, &done)] } else { &[] };
-        H::new()
-            .up(o(1, 1))
-            .heartbeat(o(1, 1))
-            .created(1, TaskKind::Job)
-            .attempt_body(10, 1, 1, o(1, 1), true)
-            .at(120)
-            .answer(
-                Sender::Worker(o(1, 1)),
-                Op::Complete { fence: fence(1, 1, o(1, 1)) },
-                Response::Rejected { reason: Refusal::NotLoaded },
-                vec![],
-                changed,
-            )
-            .at(121)
+        let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job);
+        let h = h.attempt_body(10, 1, 1, o(1, 1), true).at(120);
+        let (from, complete) = (Sender::Worker(o(1, 1)), Op::Complete { fence: fence(1, 1, o(1, 1)) });
+        let refused = Response::Rejected { reason: Refusal::NotLoaded };
+        match applied {
+            true => h.answer(from, complete, refused, vec![], &[(1, &done)]),
+            false => h.answer(from, complete, refused, vec![], &[]),
+        }
+        .at(121)
     }
 
     cases! {
