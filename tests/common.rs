@@ -8,7 +8,7 @@ use std::sync::Arc;
 /// The built-in engine's scenarios every test sweeps: every file in
 /// `scenarios/` that runs it (`scenario::builtin_engine_names`), so a new one
 /// is swept without a test edit. graphile's have tests of their own
-/// (`tests/graphile_worker.rs`).
+/// (`tests/foreign_engines.rs`).
 pub fn scenarios() -> Vec<String> {
     let names = scenario::builtin_engine_names();
     assert!(!names.is_empty(), "no built-in scenario in {}", scenario::builtin_dir().display());
