@@ -384,7 +384,9 @@ impl Judge<'_> {
                 }
             }
             Op::ReleaseOwners { owners, .. } => {
-                if let Some(ch) = c.tasks.iter().find(|ch| holder(ch).is_none_or(|h| !owners.contains(&h))) {
+                let by_process = self.ctx.promises().releases_by_process;
+                let named = |h: Owner| owners.iter().any(|o| *o == h || (by_process && o.proc == h.proc));
+                if let Some(ch) = c.tasks.iter().find(|ch| holder(ch).is_none_or(|h| !named(h))) {
                     return Some(format!("a release of {owners:?}'s tasks released t{}", ch.after.id));
                 }
             }
@@ -560,6 +562,36 @@ mod tests {
                 &[],
             )
             .unpermit(o(1, 1), 1, 1)
+    }
+
+    /// p2.1's release names p1.1; the task it frees is held by p1.2 (killed
+    /// at 50 ms, so `lease-revocation` has its reason either way).
+    fn release_naming_an_older_incarnation(by_process: bool) -> crate::Report {
+        let mut spec = crate::testkit::spec();
+        spec.promises.releases_by_process = by_process;
+        let history = H::new()
+            .up(o(1, 2))
+            .up(o(2, 1))
+            .heartbeat(o(1, 2))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 2))
+            .at(50)
+            .killed(o(1, 2))
+            .at(60)
+            .released_by(1, o(2, 1), Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] }, ReleaseCause::DeadOwner)
+            .build();
+        let expect: crate::testkit::Expect = if by_process { PASS } else { &[(NAME, Some(1))] };
+        crate::testkit::run_case_in(&format!("release by process: {by_process}"), &spec, history, expect)
+    }
+
+    #[test]
+    fn a_release_by_worker_name_frees_any_run_of_its_process() {
+        // apalis-recovery seed 734877815983: a re-enqueue held at the store
+        // ran after the name's next run (p2.10) had fetched.
+        release_naming_an_older_incarnation(true);
+        // An engine whose release names incarnations may not free another's.
+        release_naming_an_older_incarnation(false);
     }
 
     /// An engine that fetches the head of a list (apalis): no order among

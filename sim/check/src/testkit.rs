@@ -74,6 +74,7 @@ pub fn promises() -> Promises {
         // The earlier rule; transactions' own cases judge the idle one.
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
         heartbeat_calls: 1,
+        releases_by_process: false,
     }
 }
 

@@ -117,6 +117,13 @@ pub struct Promises {
     /// `rpc_timeout_ms`.
     #[serde(default = "one_call")]
     pub heartbeat_calls: u32,
+    /// A release naming an owner (`ReleaseOwners`) names its whole process:
+    /// every incarnation, later ones included (apalis: a worker name stands
+    /// for every run of its process, and a re-enqueue held up at the store
+    /// may run after the name's next run fetched). Whether each release had
+    /// a reason stays `lease-revocation`'s to judge.
+    #[serde(default)]
+    pub releases_by_process: bool,
 }
 
 /// A periodic pass, named by the request that starts it at the store.

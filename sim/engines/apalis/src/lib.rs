@@ -87,8 +87,11 @@ impl Engine for Apalis {
             renew_divisor: 2,
             heartbeat_interval_ms: c.heartbeat_interval_ms,
             // `Config::orphaned_duration`: another worker's heartbeat
-            // re-enqueues the tasks of a name silent that long.
-            dead_after_ms: c.orphaned_after_ms(),
+            // re-enqueues the tasks of a name silent that long, counted in
+            // whole seconds (`score <= now_s - duration_s`, a score being
+            // its worker's clock in seconds, rounded down, when it sent
+            // its keep-alive): up to a second sooner than the exact span.
+            dead_after_ms: c.orphaned_after_ms().saturating_sub(1_000),
             cleanup_interval_ms: c.heartbeat_interval_ms,
             // `handle_results.lua`: a failure is due again `attempt`
             // seconds after it; no backoff the vocabulary has fits, and
@@ -121,6 +124,8 @@ impl Engine for Apalis {
             // over: keep_alive, renew_leases (with lock_tasks), then
             // reenqueue_orphaned, one after another.
             heartbeat_calls: if c.lock_tasks { 3 } else { 2 },
+            // A re-enqueue names worker names, each every run of a process.
+            releases_by_process: true,
         }
     }
 

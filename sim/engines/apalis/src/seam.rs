@@ -113,27 +113,23 @@ impl ApalisStore {
         ((score_s.max(0.0) * 1_000.0) as u64).saturating_sub(self.epoch_ms)
     }
 
-    /// The owners whose tasks `reenqueue_orphaned` will hand back, as its
-    /// sender judged them dead: for each worker name silent since
-    /// `expired_before_s` (only `only`, if given), every incarnation of its
-    /// process (one name stands for them all: a claim of an older one,
-    /// held up at the store, may still put a task in the name's set), but
-    /// never the sender itself.
-    fn expired(&self, by: Owner, expired_before_s: u64, only: Option<&str>) -> Vec<Owner> {
-        let now = self.time.now_ms();
-        let redis = self.redis();
-        let Some(Value::ZSet(workers)) = redis.get(now, self.keys.workers.as_bytes()) else { return Vec::new() };
-        let mut owners = Vec::new();
-        for (name, score) in workers.iter() {
-            let name = String::from_utf8_lossy(name);
-            if score > expired_before_s as f64 || only.is_some_and(|o| o != name) {
-                continue;
-            }
-            let Some(newest) = self.book.owner_named(&name) else { continue };
-            let incarnations = (1..=newest.incarnation).map(|incarnation| Owner { proc: newest.proc, incarnation });
-            owners.extend(incarnations.filter(|&o| o != by));
-        }
-        owners
+    /// The owners whose tasks `reenqueue_orphaned` may hand back: every
+    /// incarnation of every worker name it may take as dead (only `only`,
+    /// if given), never the sender itself. Which names are silent is decided
+    /// when the script runs, by scores the harness cannot foresee at the
+    /// call's arrival (a keep-alive held up on the way writes the older time
+    /// its sender read), so every name counts; whether each release had a
+    /// reason is `lease-revocation`'s to judge, from the holder's life.
+    fn expired(&self, by: Owner, only: Option<&str>) -> Vec<Owner> {
+        self.names
+            .iter()
+            .filter(|name| only.is_none_or(|o| o == name.as_str()))
+            .filter_map(|name| self.book.owner_named(name))
+            .flat_map(|newest| {
+                (1..=newest.incarnation).map(move |incarnation| Owner { proc: newest.proc, incarnation })
+            })
+            .filter(|&o| o != by)
+            .collect()
     }
 
     /// Every task's row as the keyspace says it now.
@@ -321,8 +317,8 @@ impl StoreSeam<Apalis> for ApalisStore {
         match call {
             Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
             Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
-            Call::Reenqueue { expired_before_s, only } => {
-                Op::ReleaseOwners { by: owner, owners: self.expired(owner, expired_before_s, only.as_deref()) }
+            Call::Reenqueue { only, .. } => {
+                Op::ReleaseOwners { by: owner, owners: self.expired(owner, only.as_deref()) }
             }
             Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
                 Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),

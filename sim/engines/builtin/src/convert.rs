@@ -343,6 +343,7 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         // Its deadline is set when the transaction opens (store/txn.rs).
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
         heartbeat_calls: 1,
+        releases_by_process: false,
     }
 }
 

@@ -137,6 +137,7 @@ impl Engine for Graphile {
             // (`GraphileStore::touch`, `housekeeping`).
             txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
             heartbeat_calls: 1,
+            releases_by_process: false,
         }
     }
 
