@@ -204,8 +204,10 @@ pub trait Adapter: Send + Sync + 'static {
     /// One line for `cargo sim list`.
     fn about(&self) -> &'static str;
     /// Its defect switches: (name, what it breaks). Only `--defect` or a
-    /// corpus entry turns one on.
-    fn switches(&self) -> Vec<(&'static str, &'static str)>;
+    /// corpus entry turns one on. Default: none (an engine run as published).
+    fn switches(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
     /// The engine configured by a scenario's `[engine]` table (without its
     /// `name`). The error is one line naming the field (`lease_ttl.job_ms:
     /// ...`); the caller prefixes `engine.`.
@@ -220,8 +222,10 @@ pub trait Engine: Send + Sync + 'static {
     /// The same engine with these defect switches on (the error names an
     /// unknown switch).
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String>;
-    /// The switches that are on, sorted.
-    fn switches_on(&self) -> Vec<String>;
+    /// The switches that are on, sorted. Default: none.
+    fn switches_on(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Its whole configuration, every field (without `name`), as a scenario's
     /// `[engine]` table would give it.
     fn config(&self) -> toml::Table;
@@ -231,6 +235,21 @@ pub trait Engine: Send + Sync + 'static {
     fn validate(&self, scenario: &Scenario) -> Result<(), String>;
     /// Runs one world. Must be called inside a madsim runtime seeded `seed`.
     fn run(self: Arc<Self>, spec: WorldSpec, seed: u64) -> BoxFuture<'static, WorldResult>;
+}
+
+/// A scenario's `[engine]` table (without its `name`) as an adapter's
+/// configuration type, for `Adapter::configure`: an unknown field or a bad
+/// value is one line naming the field (`lease_ttl.job_ms: ...`).
+pub fn config_from_table<C: serde::de::DeserializeOwned>(table: &toml::Table) -> Result<C, String> {
+    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string().trim().replace('\n', " ");
+        if path.is_empty() || path == "." {
+            message
+        } else {
+            format!("{path}: {message}")
+        }
+    })
 }
 
 /// The engines this process knows, by name. The built-in engine's adapter

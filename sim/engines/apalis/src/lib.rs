@@ -164,10 +164,6 @@ impl Engine for Apalis {
         }
     }
 
-    fn switches_on(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn config(&self) -> toml::Table {
         toml::Table::try_from(&self.cfg).expect("a configuration is a TOML table")
     }
@@ -220,20 +216,8 @@ impl Adapter for ApalisAdapter {
         "apalis-redis 1.0.0 (crates.io), its real worker and Lua scripts on the simulator: Redis job queue with orphan re-enqueueing"
     }
 
-    fn switches(&self) -> Vec<(&'static str, &'static str)> {
-        Vec::new()
-    }
-
     fn configure(&self, table: &toml::Table) -> Result<Arc<dyn Engine>, String> {
-        let cfg: ApalisConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string().trim().replace('\n', " ");
-            if path.is_empty() || path == "." {
-                message
-            } else {
-                format!("{path}: {message}")
-            }
-        })?;
+        let cfg: ApalisConfig = engine::config_from_table(table)?;
         cfg.validate()?;
         Ok(Arc::new(Apalis { cfg }))
     }

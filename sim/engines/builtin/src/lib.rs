@@ -328,15 +328,7 @@ impl Adapter for BuiltinAdapter {
     }
 
     fn configure(&self, table: &toml::Table) -> Result<Arc<dyn Engine>, String> {
-        let cfg: EngineConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string().trim().replace('\n', " ");
-            if path.is_empty() || path == "." {
-                message
-            } else {
-                format!("{path}: {message}")
-            }
-        })?;
+        let cfg: EngineConfig = engine::config_from_table(table)?;
         cfg.validate()?;
         Ok(Arc::new(Builtin::new(cfg)))
     }

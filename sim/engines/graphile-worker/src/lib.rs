@@ -177,10 +177,6 @@ impl Engine for Graphile {
         }
     }
 
-    fn switches_on(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn config(&self) -> toml::Table {
         toml::Table::try_from(&self.cfg).expect("a configuration is a TOML table")
     }
@@ -230,20 +226,8 @@ impl Adapter for GraphileAdapter {
         "graphile_worker 0.14.1 (crates.io), its real worker on the simulator: PostgreSQL job queue with worker recovery"
     }
 
-    fn switches(&self) -> Vec<(&'static str, &'static str)> {
-        Vec::new()
-    }
-
     fn configure(&self, table: &toml::Table) -> Result<Arc<dyn Engine>, String> {
-        let cfg: GraphileConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string().trim().replace('\n', " ");
-            if path.is_empty() || path == "." {
-                message
-            } else {
-                format!("{path}: {message}")
-            }
-        })?;
+        let cfg: GraphileConfig = engine::config_from_table(table)?;
         cfg.validate()?;
         Ok(Arc::new(Graphile { cfg }))
     }
