@@ -120,7 +120,8 @@ fn the_readme_shows_this_code() {
 #[test]
 fn another_engine_runs_the_same_world() {
     let graphile = || {
-        let adapter = leasesim_sim::engine::adapter("graphile-worker").expect("graphile's adapter is registered");
+        let adapter =
+            leasesim_sim::engines().adapter("graphile-worker").expect("leasesim-sim ships graphile's adapter");
         adapter.configure(&Default::default()).expect("graphile's defaults configure it")
     };
     // Index builds are beyond graphile: refused, naming what it cannot do.

@@ -28,7 +28,7 @@ const CASES: &[Case] = &[
 ];
 
 fn check(name: &str, text: &str, field: &str) {
-    let err = scenario::parse(text).expect_err(name);
+    let err = scenario::parse_with(text, &leasesim_sim::engines()).expect_err(name);
     assert!(err.contains(field), "{name}: error does not name `{field}`: {err}");
     assert!(!err.contains('\n'), "{name}: error is not one line: {err}");
 }
@@ -36,7 +36,7 @@ fn check(name: &str, text: &str, field: &str) {
 #[test]
 fn malformed_scenarios_name_the_field() {
     let good = swarm_text();
-    scenario::parse(&good).expect("the built-in swarm scenario parses");
+    scenario::parse_with(&good, &leasesim_sim::engines()).expect("the built-in swarm scenario parses");
     for (name, mutate, field) in CASES {
         check(name, &mutate(good.clone()), field);
     }
@@ -47,7 +47,7 @@ fn every_builtin_scenario_parses() {
     let names = scenario::builtin_names();
     assert!(names.len() >= 4, "built-in scenarios: {names:?}");
     for name in names {
-        scenario::resolve(&name).unwrap_or_else(|e| panic!("{e}"));
+        scenario::resolve(&name, &leasesim_sim::engines()).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -195,12 +195,12 @@ fn edited(edits: &str) -> String {
 fn check_value(edits: &str, field: Option<&str>, dir: &std::path::Path) {
     let text = edited(edits);
     let Some(field) = field else {
-        if let Err(e) = scenario::parse(&text) {
+        if let Err(e) = scenario::parse_with(&text, &leasesim_sim::engines()) {
             panic!("`{edits}` is merely unusual but was refused: {e}");
         }
         return;
     };
-    let err = scenario::parse(&text).expect_err(edits);
+    let err = scenario::parse_with(&text, &leasesim_sim::engines()).expect_err(edits);
     assert!(err.starts_with(&format!("{field}: ")), "`{edits}`: error does not start with `{field}: `: {err}");
     assert!(!err.contains('\n'), "`{edits}`: error is not one line: {err}");
     let file = dir.join("edited.toml");
@@ -215,7 +215,8 @@ fn check_value(edits: &str, field: Option<&str>, dir: &std::path::Path) {
 fn values_that_describe_no_real_world_are_refused() {
     let scratch = common::Scratch::new("bad-values");
     let dir = scratch.path();
-    scenario::parse(&edited("topology.workers = 3")).expect("the edited swarm scenario still parses");
+    scenario::parse_with(&edited("topology.workers = 3"), &leasesim_sim::engines())
+        .expect("the edited swarm scenario still parses");
     for (edits, field) in REFUSED {
         check_value(edits, Some(field), dir);
     }

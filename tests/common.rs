@@ -16,7 +16,7 @@ pub fn scenarios() -> Vec<String> {
 }
 
 pub fn spec(name: &str, seed: u64) -> RunSpec {
-    let loaded = scenario::resolve(name).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = scenario::resolve(name, &leasesim_sim::engines()).unwrap_or_else(|e| panic!("{e}"));
     RunSpec::new(Arc::new(loaded.scenario), name, seed)
 }
 

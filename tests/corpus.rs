@@ -12,8 +12,8 @@ fn corpus_dir() -> PathBuf {
 
 /// Replays one entry; `Err` carries a message ending with the replay command.
 fn check(path: &Path) -> Result<(), String> {
-    let entry = Entry::load(path)?;
-    let spec = entry.spec(path)?;
+    let entry = Entry::load(path, &leasesim_sim::engines())?;
+    let spec = entry.spec(path, &leasesim_sim::engines())?;
     let replay = spec.replay_command();
     let outcome = match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
         Ok(outcome) => outcome,
@@ -46,7 +46,7 @@ fn every_corpus_entry_still_reproduces() {
 #[test]
 fn every_entry_is_pinned_against_drift() {
     for path in corpus::entries(&corpus_dir()).expect("corpus/ is readable") {
-        let entry = Entry::load(&path).expect("entries parse");
+        let entry = Entry::load(&path, &leasesim_sim::engines()).expect("entries parse");
         assert_eq!(entry.faults, corpus::FaultsMode::Explicit, "{}: the fault plan is not written out", path.display());
         assert!(entry.world.is_some(), "{}: the world is not inline", path.display());
     }
@@ -56,7 +56,7 @@ fn every_entry_is_pinned_against_drift() {
 fn every_defect_has_a_reproducing_entry() {
     let mut missing: Vec<&str> = leasesim::defects::Defect::ALL.iter().map(|d| d.name()).collect();
     for path in corpus::entries(&corpus_dir()).expect("corpus/ is readable") {
-        let entry = Entry::load(&path).expect("entries parse");
+        let entry = Entry::load(&path, &leasesim_sim::engines()).expect("entries parse");
         if entry.expect != "pass" {
             missing.retain(|name| !entry.defects.iter().any(|d| d == name));
         }
@@ -71,6 +71,7 @@ fn a_broken_expectation_is_reported_with_its_replay_command() {
     let dir = std::env::temp_dir().join(format!("leasesim-corpus-test-{}", std::process::id()));
     let entry = Entry::parse(
         "comment = \"a lie\"\nscenario = \"swarm\"\nseed = 1\nfaults = \"none\"\nexpect = \"fenced-completion\"\n",
+        &leasesim_sim::engines(),
     )
     .expect("the entry parses");
     let path = corpus::save_new(&dir, "lie", &entry).expect("saved");
@@ -95,7 +96,7 @@ fn malformed_entries_name_the_field() {
         ("comment = \"c\"\nscenario = \"swarm\"\nseed = 1\nexpect = \"pass\"\nfaults = \"sometimes\"\n", "faults"),
     ];
     for (text, field) in cases {
-        let err = Entry::parse(text).expect_err(text);
+        let err = Entry::parse(text, &leasesim_sim::engines()).expect_err(text);
         assert!(err.contains(field), "error for {text:?} does not name `{field}`: {err}");
         assert!(!err.contains('\n'), "not one line: {err}");
     }
@@ -164,7 +165,7 @@ fn entries_round_trip_every_seed_and_guided_plan() {
     use rand::SeedableRng;
     use std::sync::Arc;
 
-    let loaded = scenario::resolve("swarm").expect("swarm is built in");
+    let loaded = scenario::resolve("swarm", &leasesim_sim::engines()).expect("swarm is built in");
     let world = Arc::new(loaded.scenario);
     let seeds = [0, 1, i64::MAX as u64, i64::MAX as u64 + 1, 10_634_638_970_797_174_518, u64::MAX - 1, u64::MAX];
     for seed in seeds {
@@ -176,16 +177,17 @@ fn entries_round_trip_every_seed_and_guided_plan() {
                 .with_plan(PlanSource::Explicit(FaultPlan { events: plan.events.clone() }));
             let entry = Entry::of_run(&spec, "pass", format!("seed {seed}"));
             let text = entry.to_toml().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            let back = Entry::parse(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+            let back =
+                Entry::parse(&text, &leasesim_sim::engines()).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
             assert_eq!(back, entry, "seed {seed}: the entry read back differs");
-            let replayed = back.spec(Path::new("round-trip.toml")).expect("the entry's run");
+            let replayed = back.spec(Path::new("round-trip.toml"), &leasesim_sim::engines()).expect("the entry's run");
             assert_eq!((replayed.seed, replayed.fault_plan().events), (seed, plan.events), "seed {seed}");
         }
     }
     // Out of range, or not a number: one line naming the field.
     for bad in ["\"18446744073709551616\"", "\"-1\"", "\"\"", "\"0x10\"", "1.5"] {
         let text = format!("comment = \"c\"\nscenario = \"swarm\"\nseed = {bad}\nexpect = \"pass\"\n");
-        let err = Entry::parse(&text).expect_err(bad);
+        let err = Entry::parse(&text, &leasesim_sim::engines()).expect_err(bad);
         assert!(err.contains("seed"), "{bad}: {err}");
     }
 }

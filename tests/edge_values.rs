@@ -178,12 +178,12 @@ fn entry_base() -> String {
 }
 
 fn parse_entry(text: &str) -> Result<(), String> {
-    let entry = Entry::parse(text)?;
-    entry.spec(Path::new("edge.toml")).map(|_| ())
+    let entry = Entry::parse(text, &leasesim_sim::engines())?;
+    entry.spec(Path::new("edge.toml"), &leasesim_sim::engines()).map(|_| ())
 }
 
 fn parse_scenario(text: &str) -> Result<(), String> {
-    scenario::parse(text).map(|_| ())
+    scenario::parse_with(text, &leasesim_sim::engines()).map(|_| ())
 }
 
 #[test]

@@ -15,6 +15,15 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("the repository root")
 }
 
+/// The ```rust block of the section: the crate's own `main`.
+fn recipe_main() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let section = readme.split("### Use it from your own crate").nth(1).expect("the README has the section");
+    let section = section.split("\n## ").next().expect("the section ends");
+    let block = section.split("```rust\n").nth(1).expect("the section shows a main");
+    block.split("```").next().expect("the block ends").to_string()
+}
+
 /// The ```toml blocks of the README's "Use it from your own crate" section.
 fn recipe() -> Vec<String> {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
@@ -56,7 +65,7 @@ fn the_readme_recipe_builds_an_outside_crate() {
     let manifest = format!("[package]\nname = \"outside\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{deps}");
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(dir.join(".cargo/config.toml"), &blocks[1]).unwrap();
-    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+    std::fs::write(dir.join("src/main.rs"), recipe_main()).unwrap();
     std::fs::write(dir.join("tests/simulation.rs"), TEST).unwrap();
     // The same versions as this workspace, and its target folder (cargo
     // holds no lock on it while tests run): the build reuses what it can.
@@ -73,5 +82,44 @@ fn the_readme_recipe_builds_an_outside_crate() {
     let log = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the outside crate failed:\n{log}");
     assert!(log.contains("2 passed"), "its two tests did not both run:\n{log}");
+    // Its own binary is the whole CLI, for the engines it named: the
+    // built-in one alone (no default features: no graphile, no apalis).
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO"))
+            .args(["run", "--quiet", "--"])
+            .args(args)
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .output()
+            .expect("run cargo");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, list, err) = cli(&["list"]);
+    assert_eq!(code, Some(0), "list: {err}");
+    let engines: Vec<&str> = list
+        .split("engines (a scenario's [engine] name):\n")
+        .nth(1)
+        .expect("list names the engines")
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(engines, ["builtin"], "{list}");
+    let (code, out, err) = cli(&["run", "--scenario", "b-machines", "--seed", "10", "--defect", "unfenced-completion"]);
+    assert_eq!(code, Some(1), "the defect is found by the crate's own CLI:\n{out}\n{err}");
+    assert!(
+        out.contains("replay: cargo sim run --scenario b-machines --seed 10"),
+        "a failure ends with its replay:\n{out}"
+    );
+    let (code, _, err) = cli(&["run", "--scenario", "graphile-recovery", "--seed", "1"]);
+    assert_eq!(code, Some(2), "an engine it did not name is bad input: {err}");
+    assert!(err.contains("unknown engine 'graphile-worker' (known: builtin)"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

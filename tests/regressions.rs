@@ -54,7 +54,7 @@ struct Regression {
 fn check(reg: &Regression) {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios").join(format!("{}.toml", reg.scenario));
-    let loaded = scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = scenario::load(&path, &leasesim_sim::engines()).unwrap_or_else(|e| panic!("{e}"));
     let scenario = Arc::new(loaded.scenario);
     let plan = FaultPlan { events: (reg.plan)() };
     plan.validate(scenario.topology.workers, scenario.phases.fault_phase_ms)

@@ -51,7 +51,7 @@ fn save_writes_one_entry_per_signature_and_never_overwrites() {
     assert!(summary["failures"].as_array().expect("failures").len() > 1, "several seeds fail");
     let first = corpus::entries(&dir).expect("saved entries");
     assert_eq!(first.len(), 1, "one entry per signature: {first:?}");
-    let saved = Entry::load(&first[0]).expect("the saved entry parses");
+    let saved = Entry::load(&first[0], &leasesim_sim::engines()).expect("the saved entry parses");
     assert_eq!(saved.expect, "retry-clock");
     let before = std::fs::read_to_string(&first[0]).expect("read");
     // The same campaign again finds the same bug: nothing new to save.
@@ -72,8 +72,8 @@ fn save_writes_one_entry_per_signature_and_never_overwrites() {
 fn shrinking_keeps_the_failure_and_makes_the_case_smaller() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml");
-    let entry = Entry::load(&path).expect("the corpus entry parses");
-    let spec = entry.spec(&path).expect("its run");
+    let entry = Entry::load(&path, &leasesim_sim::engines()).expect("the corpus entry parses");
+    let spec = entry.spec(&path, &leasesim_sim::engines()).expect("its run");
     let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
     let mut shrinker = Shrinker {
         seed: entry.seed,
@@ -112,7 +112,8 @@ fn a_campaign_records_panics_hangs_and_resource_limits_and_goes_on() {
     use leasesim_sim::runner::PlanSource;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
-    let scenario = Arc::new(leasesim_sim::scenario::resolve("swarm").expect("swarm").scenario);
+    let scenario =
+        Arc::new(leasesim_sim::scenario::resolve("swarm", &leasesim_sim::engines()).expect("swarm").scenario);
     let campaign = Campaign {
         targets: vec![Target { arg: "swarm".into(), scenario }],
         seeds: SeedSpace::range(1, Some(7)),
@@ -166,7 +167,7 @@ fn guided_campaigns_are_deterministic_and_save_explicit_plans() {
     assert_eq!(run("1"), run("2"), "a guided campaign depends on the number of jobs");
     let saved = corpus::entries(&dir).expect("saved entries");
     assert_eq!(saved.len(), 1, "one entry per signature: {saved:?}");
-    let entry = Entry::load(&saved[0]).expect("the saved entry parses");
+    let entry = Entry::load(&saved[0], &leasesim_sim::engines()).expect("the saved entry parses");
     assert_eq!(entry.faults, corpus::FaultsMode::Explicit);
     let (code, out) = leasesim(&["replay", saved[0].to_str().expect("utf-8")]);
     assert_eq!(code, 1, "the saved guided failure replays on its own: {out}");
@@ -200,7 +201,7 @@ fn fix_loop(failing: &Path, dir: &Path) {
         text.replace("defects = [\"retry-clock-reset\"]", "defects = []"),
         "FILE untouched"
     );
-    let pinned = Entry::load(new[0]).expect("the pinned entry parses");
+    let pinned = Entry::load(new[0], &leasesim_sim::engines()).expect("the pinned entry parses");
     assert_eq!(pinned.expect, "pass");
     assert!(pinned.trace_hash.is_some(), "its trace hash is pinned");
     let (code, out) = leasesim(&["replay", new[0].to_str().expect("utf-8")]);

@@ -86,7 +86,13 @@ impl Simulation {
 
     /// As [`Simulation::scenario`], answering an error instead of panicking.
     pub fn try_scenario(name_or_path: &str) -> Result<Simulation, String> {
-        Ok(Simulation::of(Target::resolve(name_or_path)?, false))
+        Simulation::try_scenario_with(name_or_path, &crate::engines())
+    }
+
+    /// As [`Simulation::try_scenario`], the scenario's engine one of
+    /// `engines` (`leasesim_sim::engines().with(my_engine::adapter())`).
+    pub fn try_scenario_with(name_or_path: &str, engines: &crate::Engines) -> Result<Simulation, String> {
+        Ok(Simulation::of(Target::resolve(name_or_path, engines)?, false))
     }
 
     /// A scenario built in code (its `name` names it in reports).
@@ -95,8 +101,14 @@ impl Simulation {
     /// If the scenario describes no real world (`scenario::validate`: the
     /// message names the field and the allowed range).
     pub fn from_scenario(scenario: Scenario) -> Simulation {
-        crate::engines();
-        if let Err(e) = scenario::validate(&scenario) {
+        Simulation::from_scenario_with(scenario, &crate::engines())
+    }
+
+    /// As [`Simulation::from_scenario`], an `[engine]` still as written
+    /// configured from `engines`.
+    pub fn from_scenario_with(mut scenario: Scenario, engines: &crate::Engines) -> Simulation {
+        let checked = scenario::configure(&mut scenario, engines).and_then(|()| scenario::validate(&scenario));
+        if let Err(e) = checked {
             panic!("Simulation::from_scenario({}): {e}", scenario.name);
         }
         let target = Target { arg: scenario.name.clone(), scenario: Arc::new(scenario) };

@@ -285,7 +285,7 @@ mod tests {
     use super::*;
 
     fn swarm() -> Target {
-        let loaded = crate::scenario::resolve("swarm").expect("the built-in swarm");
+        let loaded = crate::scenario::resolve("swarm", &crate::engines()).expect("the built-in swarm");
         Target { arg: "swarm".into(), scenario: Arc::new(loaded.scenario) }
     }
 

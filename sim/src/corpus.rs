@@ -112,14 +112,14 @@ pub fn expectations() -> Vec<&'static str> {
 }
 
 impl Entry {
-    pub fn load(path: &Path) -> Result<Entry, String> {
+    /// Reads an entry; its defects must be switches of one of `engines`.
+    pub fn load(path: &Path, engines: &crate::Engines) -> Result<Entry, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Entry::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        Entry::parse(&text, engines).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    pub fn parse(text: &str) -> Result<Entry, String> {
-        crate::engines();
-        let entry: Entry = scenario::from_toml(text)?;
+    pub fn parse(text: &str, engines: &crate::Engines) -> Result<Entry, String> {
+        let mut entry: Entry = scenario::from_toml(text)?;
         if entry.scenario.is_empty() || entry.scenario.len() > 4096 {
             return Err("scenario: a built-in scenario's name or a scenario file's path (1 to 4096 bytes)".into());
         }
@@ -127,23 +127,28 @@ impl Entry {
             return Err(format!("expect: unknown expectation '{}' (pass, panic, hang or an invariant)", entry.expect));
         }
         for (i, name) in entry.defects.iter().enumerate() {
-            crate::known_defect(name).map_err(|e| format!("defects[{i}]: {e}"))?;
+            engines.known_defect(name).map_err(|e| format!("defects[{i}]: {e}"))?;
         }
         if entry.faults != FaultsMode::Explicit && !entry.plan.is_empty() {
             return Err("plan: only allowed with faults = \"explicit\"".into());
+        }
+        if let Some(world) = &mut entry.world {
+            scenario::configure(world, engines).map_err(|e| format!("world.{e}"))?;
         }
         Ok(entry)
     }
 
     /// The run this entry describes. `path` is where the entry lives (for the
     /// replay command).
-    pub fn spec(&self, path: &Path) -> Result<RunSpec, String> {
+    pub fn spec(&self, path: &Path, engines: &crate::Engines) -> Result<RunSpec, String> {
         let loaded = match &self.world {
             Some(world) => {
                 scenario::validate(world).map_err(|e| format!("{}: world.{e}", path.display()))?;
                 scenario::Loaded { scenario: world.clone(), path: path.to_path_buf() }
             }
-            None => scenario::resolve(&self.scenario).map_err(|e| format!("{}: scenario: {e}", path.display()))?,
+            None => {
+                scenario::resolve(&self.scenario, engines).map_err(|e| format!("{}: scenario: {e}", path.display()))?
+            }
         };
         let plan = match self.faults {
             FaultsMode::Swarm => PlanSource::Swarm,
@@ -170,8 +175,8 @@ impl Entry {
     /// one `faults = "swarm"` draws today) and its world inline (the scenario
     /// as it is today), so that neither a change to the fault generator nor
     /// an edit of a built-in scenario changes what it replays.
-    pub fn pinned(&self, path: &Path) -> Result<Entry, String> {
-        let spec = self.spec(path)?;
+    pub fn pinned(&self, path: &Path, engines: &crate::Engines) -> Result<Entry, String> {
+        let spec = self.spec(path, engines)?;
         Ok(Entry {
             faults: FaultsMode::Explicit,
             plan: spec.fault_plan().events,

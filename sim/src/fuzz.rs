@@ -26,9 +26,10 @@ pub struct Target {
 }
 
 impl Target {
-    /// A built-in scenario by name, or a scenario file by path.
-    pub fn resolve(name_or_path: &str) -> Result<Target, String> {
-        let loaded = crate::scenario::resolve(name_or_path)?;
+    /// A built-in scenario by name, or a scenario file by path, its engine
+    /// one of `engines`.
+    pub fn resolve(name_or_path: &str, engines: &crate::Engines) -> Result<Target, String> {
+        let loaded = crate::scenario::resolve(name_or_path, engines)?;
         Ok(Target { arg: name_or_path.to_string(), scenario: Arc::new(loaded.scenario) })
     }
 }

@@ -242,7 +242,7 @@ mod mutation_tests {
     /// engine is known to configure the scenario with.)
     #[test]
     fn mutated_plans_are_valid_and_deterministic() {
-        let s = crate::scenario::resolve("swarm").expect("swarm loads").scenario;
+        let s = crate::scenario::resolve("swarm", &crate::engines()).expect("swarm loads").scenario;
         let mut plan = crate::faults::draw(7, &s);
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut again = ChaCha8Rng::seed_from_u64(1);
@@ -258,7 +258,7 @@ mod mutation_tests {
     /// it, keeps every other event, and is refused outside the fault phase.
     #[test]
     fn aimed_plans_keep_their_anchor_and_the_rest_of_the_plan() {
-        let s = crate::scenario::resolve("swarm").expect("swarm loads").scenario;
+        let s = crate::scenario::resolve("swarm", &crate::engines()).expect("swarm loads").scenario;
         let plan = crate::faults::draw(7, &s);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let pause = Aim {

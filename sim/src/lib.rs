@@ -29,26 +29,12 @@ pub use leasesim_check as check;
 pub use leasesim_vocab::truth;
 pub use leasesim_world::{engine, faults, history, logs, outcome, runner, world};
 
-/// Scenarios; loading one first makes the engines this crate ships known.
+pub use leasesim_world::engine::Engines;
+
+/// Scenarios (parsing one needs no engines; loading one configures its
+/// engine from the [`Engines`] given).
 pub mod scenario {
     pub use leasesim_world::scenario::*;
-
-    /// Parses and validates a scenario (see `leasesim_world::scenario::parse`).
-    pub fn parse(text: &str) -> Result<Scenario, String> {
-        crate::engines();
-        leasesim_world::scenario::parse(text)
-    }
-
-    /// Resolves a built-in scenario name or a path, and loads it.
-    pub fn resolve(name_or_path: &str) -> Result<Loaded, String> {
-        crate::engines();
-        leasesim_world::scenario::resolve(name_or_path)
-    }
-
-    pub fn load(path: &std::path::Path) -> Result<Loaded, String> {
-        crate::engines();
-        leasesim_world::scenario::load(path)
-    }
 
     /// The built-in scenarios of the built-in engine (what `--scenario all`
     /// runs), sorted.
@@ -56,39 +42,29 @@ pub mod scenario {
         names_of_engine(crate::engine::DEFAULT_ENGINE)
     }
 
-    /// The built-in scenarios that run `engine`, sorted.
+    /// The built-in scenarios that run `engine`, sorted (read as written: no
+    /// engine need be known).
     pub fn names_of_engine(engine: &str) -> Vec<String> {
         builtin_names()
             .into_iter()
-            .filter(|name| resolve(name).is_ok_and(|l| l.scenario.engine.get().name() == engine))
+            .filter(|name| {
+                let path = builtin_dir().join(format!("{name}.toml"));
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                parse(&text).is_ok_and(|s| s.engine.name() == engine)
+            })
             .collect()
     }
-
-    /// Deserializes TOML into `T` (a scenario or corpus entry may name an engine).
-    pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-        crate::engines();
-        leasesim_world::scenario::from_toml(text)
-    }
 }
 
-/// Makes the engines this crate ships with known by name (idempotent).
-pub fn engines() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        leasesim_builtin::register();
-        leasesim_graphile::register();
-        leasesim_apalis::register();
-    });
-}
-
-/// `name`, if some known engine has a defect switch of that name (each run
-/// checks its own engine's); else one line listing the known ones.
-pub fn known_defect(name: &str) -> Result<String, String> {
-    engines();
-    let known: Vec<&str> = engine::known().iter().flat_map(|a| a.switches()).map(|(name, _)| name).collect();
-    if known.contains(&name) {
-        Ok(name.to_string())
-    } else {
-        Err(format!("unknown defect '{name}' (known: {})", known.join(", ")))
-    }
+/// The engines this crate ships with: the built-in one, and graphile_worker
+/// and apalis-redis unless their cargo features (`graphile`, `apalis`, on by
+/// default) are off. A crate testing its own engine adds it:
+/// `leasesim_sim::engines().with(my_adapter())`.
+pub fn engines() -> Engines {
+    let engines = Engines::new().with(leasesim_builtin::adapter());
+    #[cfg(feature = "graphile")]
+    let engines = engines.with(leasesim_graphile::adapter());
+    #[cfg(feature = "apalis")]
+    let engines = engines.with(leasesim_apalis::adapter());
+    engines
 }

@@ -95,7 +95,7 @@ pub struct BenchArgs {
     pub rss_early_seeds: u64,
 }
 
-pub fn run(args: BenchArgs) -> Result<i32, String> {
+pub fn run(args: BenchArgs, e: &crate::Engines) -> Result<i32, String> {
     let jobs = jobs(args.jobs)?;
     let counts = [("--seeds", args.seeds), ("--starts", args.starts), ("--cap", args.cap)];
     if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
@@ -114,13 +114,13 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
         return Err("--save: only bench false-alarms saves failures".into());
     }
     if let Some(on) = &args.on {
-        targets(on).map_err(|e| format!("--on: {e}"))?;
+        targets(on, e).map_err(|e| format!("--on: {e}"))?;
     }
     match args.what.as_str() {
-        "suite" => suite(&args, jobs),
-        "throughput" => throughput(&args, jobs),
-        "coverage" => coverage(&args, jobs),
-        "judge" => judge(&args),
+        "suite" => suite(&args, jobs, e),
+        "throughput" => throughput(&args, jobs, e),
+        "coverage" => coverage(&args, jobs, e),
+        "judge" => judge(&args, e),
         "false-alarms" => false_alarms(&args, jobs),
         "compare" => {
             let baseline = args.baseline.as_deref().ok_or("--baseline: compare needs the other build's executable")?;
@@ -129,7 +129,7 @@ pub fn run(args: BenchArgs) -> Result<i32, String> {
             let scenarios = (args.scenario.as_str(), args.baseline_scenario.as_deref().unwrap_or(&args.scenario));
             super::bench_compare::run(baseline, scenarios, seeds, repeats, &job_counts)
         }
-        _ => find(&args, jobs),
+        _ => find(&args, jobs, e),
     }
 }
 
@@ -189,9 +189,9 @@ fn append_line(path: &std::path::Path, line: &str) -> Result<(), String> {
 }
 
 /// Seeds/s at 1 job and at `jobs` jobs.
-fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+fn throughput(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     let (seeds, repeats) = (args.seeds.unwrap_or(400), args.repeats.unwrap_or(5));
-    let target = targets(&args.scenario)?.remove(0);
+    let target = targets(&args.scenario, e)?.remove(0);
     let one = bench::throughput(&target, seeds, repeats, 1);
     let many = bench::throughput(&target, seeds, repeats, jobs);
     if args.json {
@@ -218,9 +218,9 @@ fn throughput(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
 
 /// What each part of judgement costs per seed (`--seeds` default 20,
 /// `--repeats` default 5), costliest first.
-fn judge(args: &BenchArgs) -> Result<i32, String> {
+fn judge(args: &BenchArgs, e: &crate::Engines) -> Result<i32, String> {
     let (seeds, repeats) = (args.seeds.unwrap_or(20), args.repeats.unwrap_or(5));
-    let mut targets = targets(&args.scenario)?;
+    let mut targets = targets(&args.scenario, e)?;
     if targets.len() != 1 {
         return Err(format!("--scenario: judge profiles one scenario, not '{}'", args.scenario));
     }
@@ -248,7 +248,7 @@ fn judge(args: &BenchArgs) -> Result<i32, String> {
 }
 
 /// Seeds needed to find each defect, as a table (or JSON lines).
-fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+fn find(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     let (starts, cap) = find_sizes(args);
     let defects: Vec<Defect> = if args.defects.defects.is_empty() {
         Defect::ALL.to_vec()
@@ -267,7 +267,7 @@ fn find(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     }
     for defect in defects {
         let scenario = args.on.clone().unwrap_or_else(|| bench::home_scenario(defect).to_string());
-        let target = targets(&scenario)?.remove(0);
+        let target = targets(&scenario, e)?.remove(0);
         for &mode in modes {
             let r = bench::time_to_find(defect, &target, starts, cap, jobs, mode);
             if args.json {
@@ -308,9 +308,9 @@ fn show_median(median: Option<u64>, cap: u64) -> String {
 }
 
 /// Runs to first reach the rarest coverage points, plain against guided.
-fn coverage(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+fn coverage(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     let (starts, cap) = find_sizes(args);
-    let all = targets("all")?;
+    let all = targets("all", e)?;
     let rarest = bench::rarest_points(&all, args.reference, jobs, args.points);
     let points: Vec<String> = rarest.iter().map(|(p, _)| p.clone()).collect();
     let plain = bench::time_to_cover(&all, &points, starts, cap, jobs, bench::Mode::Plain);
@@ -347,14 +347,14 @@ fn coverage(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
 
 /// Every measurement in one run (`bench_suite`); `--seeds`, `--repeats`,
 /// `--starts` and `--cap` size the throughput and time-to-find parts.
-fn suite(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
+fn suite(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     if args.rss_early_seeds == 0 || args.rss_early_seeds > args.rss_seeds {
         return Err("--rss-early-seeds must be at least 1 and at most --rss-seeds".into());
     }
     // Refused before the suite's minutes of work, not after them.
     crate::export::check_writable_output(&args.out).map_err(|e| format!("--out: {e}"))?;
-    let all = targets("all")?;
-    let swarm = targets("swarm")?.remove(0);
+    let all = targets("all", e)?;
+    let swarm = targets("swarm", e)?.remove(0);
     let mut config = crate::bench_suite::SuiteConfig::standard(jobs);
     config.seeds = args.seeds.unwrap_or(config.seeds);
     config.repeats = args.repeats.unwrap_or(config.repeats);

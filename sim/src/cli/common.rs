@@ -12,7 +12,9 @@ use std::path::Path;
 pub struct DefectArgs {
     /// Turn on a defect switch of the scenario's engine that re-creates a
     /// real bug (repeatable; see `cargo sim list`). Example: --defect unfenced-completion
-    #[arg(long = "defect", value_name = "NAME", value_parser = parse_defect)]
+    // Its parser (a switch of a known engine) is set where the engines are
+    // known (`cli::command`).
+    #[arg(long = "defect", value_name = "NAME")]
     pub defects: Vec<String>,
 }
 
@@ -24,11 +26,6 @@ impl DefectArgs {
         names.dedup();
         names
     }
-}
-
-/// A defect switch some known engine has (each run checks its own engine's).
-pub fn parse_defect(name: &str) -> Result<String, String> {
-    crate::known_defect(name)
 }
 
 /// Pictures of one run: a Chrome trace and an SVG timeline.
@@ -129,18 +126,16 @@ impl FaultsArg {
 }
 
 /// `--scenario`: a built-in name, a TOML path, or `all` (every built-in).
-pub fn targets(arg: &str) -> Result<Vec<Target>, String> {
+pub fn targets(arg: &str, engines: &crate::Engines) -> Result<Vec<Target>, String> {
     let Some(group) = arg.strip_suffix("all") else {
-        return Ok(vec![Target::resolve(arg)?]);
+        return Ok(vec![Target::resolve(arg, engines)?]);
     };
     // `all`: the built-in engine's scenarios; `PREFIX-all`: the scenarios
     // whose name starts with `PREFIX-` (`graphile-all`), whatever engine.
+    let names = if group.is_empty() { scenario::builtin_engine_names() } else { scenario::builtin_names() };
     let mut targets = Vec::new();
-    for name in scenario::builtin_names().iter().filter(|n| n.starts_with(group)) {
-        let target = Target::resolve(name)?;
-        if !group.is_empty() || target.scenario.engine.get().name() == crate::engine::DEFAULT_ENGINE {
-            targets.push(target);
-        }
+    for name in names.iter().filter(|n| n.starts_with(group)) {
+        targets.push(Target::resolve(name, engines)?);
     }
     if targets.is_empty() {
         return Err(format!("--scenario {arg}: no built-in scenario matches (see cargo sim list)"));

@@ -107,7 +107,7 @@ struct Saver {
 }
 
 impl Saver {
-    fn new(dir: &Path, command: String) -> Result<Saver, String> {
+    fn new(dir: &Path, command: String, engines: &crate::Engines) -> Result<Saver, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: cannot create: {e}", dir.display()))?;
         // Prove the folder takes an entry before spending any time on
         // seeds: an empty file fits on a full disk, an entry's bytes do not.
@@ -117,7 +117,7 @@ impl Saver {
         probed.map_err(|e| format!("--save {}: not writable: {e}", dir.display()))?;
         let mut seen = BTreeSet::new();
         for path in corpus::entries(dir)? {
-            if let Ok(entry) = Entry::load(&path) {
+            if let Ok(entry) = Entry::load(&path, engines) {
                 seen.insert(entry.signature());
             }
         }
@@ -149,12 +149,12 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 /// guided run has an explicit plan that no command line can carry.
 const GUIDED_FAILURES: &str = corpus::FAILURES_DIR;
 
-pub fn run(args: FuzzArgs) -> Result<i32, String> {
-    let campaign = campaign(&args)?;
+pub fn run(args: FuzzArgs, engines: &crate::Engines) -> Result<i32, String> {
+    let campaign = campaign(&args, engines)?;
     let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
     let save_dir = args.save.clone().or_else(|| args.guided.then(|| PathBuf::from(GUIDED_FAILURES)));
     let saver = match &save_dir {
-        Some(dir) => Some(Saver::new(dir, format!("cargo sim {command}"))?),
+        Some(dir) => Some(Saver::new(dir, format!("cargo sim {command}"), engines)?),
         None => None,
     };
     let header = header(&args, &campaign);
@@ -219,7 +219,7 @@ fn stop_on_signals() -> (Arc<AtomicBool>, Arc<AtomicBool>) {
 }
 
 /// The campaign the flags describe.
-fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
+fn campaign(args: &FuzzArgs, engines: &crate::Engines) -> Result<Campaign, String> {
     if args.seeds == Some(0) {
         return Err("--seeds: must be at least 1".into());
     }
@@ -235,7 +235,7 @@ fn campaign(args: &FuzzArgs) -> Result<Campaign, String> {
     };
     let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
     Ok(Campaign {
-        targets: targets(&args.scenario)?,
+        targets: targets(&args.scenario, engines)?,
         seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
         deadline: args.time.map(|t| Instant::now() + t),
         jobs: jobs(args.jobs)?,

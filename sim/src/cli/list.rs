@@ -4,15 +4,15 @@ use crate::check::invariants;
 use crate::faults::FaultKind;
 use crate::scenario;
 
-pub fn run() -> Result<i32, String> {
+pub fn run(known: &crate::Engines) -> Result<i32, String> {
     println!("scenarios:");
     for name in scenario::builtin_names() {
-        let described = scenario::resolve(&name)
+        let described = scenario::resolve(&name, known)
             .map(|l| format!("[{}] {}", l.scenario.engine.get().name(), l.scenario.description))
             .unwrap_or_else(|e| e);
         println!("  {name:<28} {described}");
     }
-    engines();
+    engines(known);
     println!("fault kinds:");
     for k in FaultKind::ALL {
         println!("  {:<28} {}", k.name(), k.description());
@@ -30,9 +30,9 @@ pub fn run() -> Result<i32, String> {
 
 /// Every known engine: what it is, what it can do (with its default
 /// configuration), which invariants apply to it, and its defect switches.
-fn engines() {
+fn engines(known: &crate::Engines) {
     println!("engines (a scenario's [engine] name):");
-    for adapter in crate::engine::known() {
+    for adapter in known.known() {
         println!("  {:<28} {}", adapter.name(), adapter.about());
         let Ok(engine) = adapter.configure(&toml::Table::new()) else { continue };
         let caps = engine.capabilities();

@@ -77,7 +77,19 @@ fn quiet_resource_limits() {
 /// The command line's grammar: every flag that takes a value takes one that
 /// starts with `-` too, so `--seeds -1` is refused by the flag's own parser
 /// ("invalid value '-1' for '--seeds'") rather than read as an unknown flag.
-fn command() -> clap::Command {
+///
+/// `--defect` names a switch of one of `engines` (each run checks its own
+/// engine's): its parser is given here, where the engines are known.
+fn command(engines: &crate::Engines) -> clap::Command {
+    fn defect_names(cmd: clap::Command, engines: &crate::Engines) -> clap::Command {
+        let cmd = if cmd.get_arguments().any(|a| a.get_id() == "defects") {
+            let engines = engines.clone();
+            cmd.mut_arg("defects", move |a| a.value_parser(move |name: &str| engines.known_defect(name)))
+        } else {
+            cmd
+        };
+        cmd.mut_subcommands(|sub| defect_names(sub, engines))
+    }
     fn hyphen_values(cmd: clap::Command) -> clap::Command {
         cmd.mut_args(|a| {
             let flag_with_value = a.get_long().is_some() && a.get_action().takes_values();
@@ -89,14 +101,29 @@ fn command() -> clap::Command {
         })
         .mut_subcommands(hyphen_values)
     }
-    hyphen_values(Cli::command())
+    defect_names(hyphen_values(Cli::command()), engines)
 }
 
-/// Parses the command line and runs the verb; returns the exit code.
+/// Parses the command line and runs the verb with the engines this crate
+/// ships with; returns the exit code.
 pub fn main() -> i32 {
+    main_with(crate::engines())
+}
+
+/// The whole CLI (`run`, `fuzz`, `replay`, `shrink`, `bench`, `list`, and
+/// pictures) for these engines: a crate testing its own engine gets it from
+/// its own `main`:
+///
+/// ```text
+/// fn main() {
+///     let engines = leasesim_sim::engines(); // .with(my_engine::adapter())
+///     std::process::exit(leasesim_sim::cli::main_with(engines));
+/// }
+/// ```
+/// (the README's recipe, built and run by `tests/outside_crate.rs`)
+pub fn main_with(engines: crate::Engines) -> i32 {
     quiet_resource_limits();
-    crate::engines();
-    let cli = match command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+    let cli = match command(&engines).try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and errors to stderr (exit 2).
@@ -117,12 +144,12 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Fuzz(args) => fuzz::run(args),
-        Command::List => list::run(),
-        Command::Replay(args) => replay::run(args),
-        Command::Bench(args) => bench::run(args),
-        Command::Shrink(args) => shrink::run(args),
+        Command::Run(args) => run::run(args, &engines),
+        Command::Fuzz(args) => fuzz::run(args, &engines),
+        Command::List => list::run(&engines),
+        Command::Replay(args) => replay::run(args, &engines),
+        Command::Bench(args) => bench::run(args, &engines),
+        Command::Shrink(args) => shrink::run(args, &engines),
     };
     match result {
         Ok(code) => code,

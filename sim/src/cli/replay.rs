@@ -115,9 +115,9 @@ fn pin_pass(entry: &Entry, file: &std::path::Path, trace_hash: &str) -> Result<P
     crate::corpus::save_new(dir, &crate::corpus::stem(&pinned), &pinned)
 }
 
-pub fn run(args: ReplayArgs) -> Result<i32, String> {
-    let entry = Entry::load(&args.file)?;
-    let mut spec = entry.spec(&args.file)?;
+pub fn run(args: ReplayArgs, engines: &crate::Engines) -> Result<i32, String> {
+    let entry = Entry::load(&args.file, engines)?;
+    let mut spec = entry.spec(&args.file, engines)?;
     super::common::check_outputs(args.history.as_deref(), &args.pictures)?;
     spec.log_filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
     if !args.json {

@@ -39,8 +39,8 @@ pub struct RunArgs {
     pub defects: super::common::DefectArgs,
 }
 
-pub fn run(args: RunArgs) -> Result<i32, String> {
-    let loaded = scenario::resolve(&args.scenario)?;
+pub fn run(args: RunArgs, engines: &crate::Engines) -> Result<i32, String> {
+    let loaded = scenario::resolve(&args.scenario, engines)?;
     let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
         .with_plan(args.faults.plan())
         .with_defects(args.defects.set());

@@ -39,18 +39,18 @@ fn check_out(dir: &std::path::Path) -> Result<(), String> {
     created.map(drop).map_err(|e| format!("--out: {}: cannot write there: {e}", dir.display()))
 }
 
-pub fn run(args: ShrinkArgs) -> Result<i32, String> {
+pub fn run(args: ShrinkArgs, engines: &crate::Engines) -> Result<i32, String> {
     if args.budget == 0 {
         return Err("--budget: must be at least 1 (the first run checks that the entry fails as saved)".into());
     }
     if let Some(dir) = &args.out {
         check_out(dir)?;
     }
-    let entry = Entry::load(&args.file)?;
+    let entry = Entry::load(&args.file, engines)?;
     if entry.expect == "pass" {
         return Err(format!("{}: expect: a passing entry has nothing to shrink", args.file.display()));
     }
-    let spec = entry.spec(&args.file)?;
+    let spec = entry.spec(&args.file, engines)?;
     let case = Case { scenario: (*spec.scenario).clone(), plan: spec.fault_plan() };
     let mut shrinker = Shrinker {
         seed: entry.seed,

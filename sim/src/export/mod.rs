@@ -1016,7 +1016,7 @@ mod tests {
     /// exports are also written there to be looked at.
     fn export_real_run(scenario: &str, seed: u64, defects: &[&str]) -> (String, String, usize) {
         use crate::runner::{judge, run_world, RunSpec, DEFAULT_WATCHDOG};
-        let loaded = crate::scenario::resolve(scenario).expect("a built-in scenario");
+        let loaded = crate::scenario::resolve(scenario, &crate::engines()).expect("a built-in scenario");
         let spec = RunSpec::new(std::sync::Arc::new(loaded.scenario), scenario, seed).with_defects(defects.iter());
         let result = run_world(&spec, DEFAULT_WATCHDOG).expect("the world runs");
         let outcome = judge(&spec, &result);

@@ -126,6 +126,87 @@ pub struct Promises {
     pub releases_by_process: bool,
 }
 
+/// A span no run reaches: a promise of "never" (no maintenance pass, no
+/// transaction timeout), safe to add to any simulated instant.
+pub const NEVER_MS: u64 = u64::MAX / 4;
+
+/// The promises every engine must choose. No value of these is neutral: a
+/// dead-after too long makes every recovery look unjustified, one too short
+/// excuses a lost task; a finalization deadline too long hides a hung
+/// outcome write. Each comes from the engine's own configuration
+/// (docs/promises.md says how, field by field, with the three engines'
+/// choices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Core {
+    pub concurrency: u32,
+    pub claim_batch_max: u32,
+    pub idle_poll_ms: u64,
+    pub lease_ttl: LeaseTerms,
+    pub heartbeat_interval_ms: u64,
+    pub dead_after_ms: u64,
+    pub cleanup_interval_ms: u64,
+    pub backoff: Backoff,
+    pub max_retries: u32,
+    pub finalize_deadline_ms: u64,
+    pub rpc_timeout_ms: u64,
+}
+
+impl Promises {
+    /// `core`, and for every other promise what an engine without that
+    /// feature declares: no long polls, leases renewed at half their term,
+    /// no maintenance or transactions (their intervals and timeouts
+    /// [`NEVER_MS`]), released tasks due at once, claims in no promised
+    /// order, a statement's time read when it starts, no enqueue or outcome
+    /// retries, no cadences, one call per heartbeat, releases per
+    /// incarnation. Override any with struct update syntax:
+    /// `Promises { heartbeat_calls: 3, ..Promises::new(core) }`.
+    pub fn new(core: Core) -> Promises {
+        let Core {
+            concurrency,
+            claim_batch_max,
+            idle_poll_ms,
+            lease_ttl,
+            heartbeat_interval_ms,
+            dead_after_ms,
+            cleanup_interval_ms,
+            backoff,
+            max_retries,
+            finalize_deadline_ms,
+            rpc_timeout_ms,
+        } = core;
+        Promises {
+            concurrency,
+            claim_batch_max,
+            idle_poll_ms,
+            long_poll_ms: 0,
+            lease_ttl,
+            renew_divisor: 2,
+            heartbeat_interval_ms,
+            dead_after_ms,
+            cleanup_interval_ms,
+            backoff,
+            max_retries,
+            finalize_deadline_ms,
+            rpc_timeout_ms,
+            maintenance: Vec::new(),
+            maintenance_interval_ms: NEVER_MS,
+            txn_timeout_ms: NEVER_MS,
+            recovery_delay_ms: 0,
+            claim_order: ClaimOrder::Any,
+            statement_time: StatementTime::Start,
+            enqueue_retry: None,
+            outcome_retry: false,
+            outcome_idempotent: false,
+            claim_fills_free_permits: false,
+            cadences: Vec::new(),
+            replaced_txns_end: ReplacedTxnsEnd::default(),
+            txn_timeout_from: TxnTimeoutFrom::default(),
+            heartbeat_calls: 1,
+            releases_by_process: false,
+        }
+    }
+}
+
 /// A periodic pass, named by the request that starts it at the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -299,7 +380,42 @@ pub struct Capabilities {
     pub periodic_passes: bool,
 }
 
+impl Default for Capabilities {
+    /// [`Capabilities::NONE`]: an adapter turns on what its engine does.
+    fn default() -> Self {
+        Capabilities::NONE
+    }
+}
+
 impl Capabilities {
+    /// Nothing beyond what every engine does (claim, run, complete or fail
+    /// a task): every invariant about a capability is "not applicable"
+    /// until the adapter turns it on (`Capabilities { heartbeats: true,
+    /// ..Capabilities::NONE }`).
+    pub const NONE: Capabilities = Capabilities {
+        testimony: false,
+        permits: false,
+        leases: false,
+        fresh_attempts: false,
+        heartbeats: false,
+        orphan_recovery: false,
+        outcome_answers: false,
+        groups: false,
+        pipelines: false,
+        indexes: false,
+        maintenance: false,
+        transactions: false,
+        named_queues: false,
+        peer_notes: false,
+        enqueue_keys: false,
+        callbacks: false,
+        clock_seam: false,
+        long_polls: false,
+        fatal_errors: false,
+        redelivery: false,
+        periodic_passes: false,
+    };
+
     /// Everything: the built-in engine.
     pub const ALL: Capabilities = Capabilities {
         testimony: true,

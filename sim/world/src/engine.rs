@@ -34,7 +34,7 @@ use leasesim_vocab::task::{QueueId, QueueRow, Row, StageRow};
 use leasesim_vocab::truth::{ClientAnswer, Commit, Sender};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -252,36 +252,70 @@ pub fn config_from_table<C: serde::de::DeserializeOwned>(table: &toml::Table) ->
     })
 }
 
-/// The engines this process knows, by name. The built-in engine's adapter
-/// registers itself where the harness is used (`leasesim-sim`); other
-/// adapters are registered by whoever links them.
-static ADAPTERS: OnceLock<Mutex<Vec<Arc<dyn Adapter>>>> = OnceLock::new();
-
-fn adapters() -> &'static Mutex<Vec<Arc<dyn Adapter>>> {
-    ADAPTERS.get_or_init(|| Mutex::new(Vec::new()))
+/// The engines a campaign may run, by name: a value that the CLI and tests
+/// build and pass down (no process-wide registry). Parsing a scenario needs
+/// none; configuring its `[engine]` does ([`Engines::configure`]).
+#[derive(Clone, Default)]
+pub struct Engines {
+    /// Sorted by name, names unique.
+    adapters: Arc<Vec<Arc<dyn Adapter>>>,
 }
 
-/// Makes an adapter known by its name (again: no change).
-pub fn register(adapter: Arc<dyn Adapter>) {
-    let mut all = adapters().lock().expect("adapters");
-    if !all.iter().any(|a| a.name() == adapter.name()) {
+impl Engines {
+    /// No engine yet: add each with [`Engines::with`].
+    pub fn new() -> Self {
+        Engines::default()
+    }
+
+    /// These engines and `adapter` (one of the same name is replaced).
+    pub fn with(self, adapter: Arc<dyn Adapter>) -> Self {
+        let mut all: Vec<Arc<dyn Adapter>> =
+            self.adapters.iter().filter(|a| a.name() != adapter.name()).cloned().collect();
         all.push(adapter);
         all.sort_by_key(|a| a.name());
+        Engines { adapters: Arc::new(all) }
+    }
+
+    /// The adapter of this name; else one line naming the known ones.
+    pub fn adapter(&self, name: &str) -> Result<Arc<dyn Adapter>, String> {
+        self.adapters.iter().find(|a| a.name() == name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.names();
+            format!("unknown engine '{name}' (known: {})", known.join(", "))
+        })
+    }
+
+    /// Every adapter, sorted by name.
+    pub fn known(&self) -> &[Arc<dyn Adapter>] {
+        &self.adapters
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.adapters.iter().map(|a| a.name()).collect()
+    }
+
+    /// The engine a scenario's `[engine]` table describes, configured (the
+    /// error is one line naming the field within `[engine]`).
+    pub fn configure(&self, described: &crate::scenario::Described) -> Result<Arc<dyn Engine>, String> {
+        let adapter = self.adapter(&described.name).map_err(|e| format!("name: {e}"))?;
+        adapter.configure(&described.table)
+    }
+
+    /// `name`, if one of these engines has a defect switch of that name
+    /// (each run checks its own engine's); else one line listing them all.
+    pub fn known_defect(&self, name: &str) -> Result<String, String> {
+        let known: Vec<&str> = self.adapters.iter().flat_map(|a| a.switches()).map(|(name, _)| name).collect();
+        if known.contains(&name) {
+            Ok(name.to_string())
+        } else {
+            Err(format!("unknown defect '{name}' (known: {})", known.join(", ")))
+        }
     }
 }
 
-/// The adapter of this name.
-pub fn adapter(name: &str) -> Result<Arc<dyn Adapter>, String> {
-    let all = adapters().lock().expect("adapters");
-    all.iter().find(|a| a.name() == name).cloned().ok_or_else(|| {
-        let known: Vec<&str> = all.iter().map(|a| a.name()).collect();
-        format!("unknown engine '{name}' (known: {})", known.join(", "))
-    })
-}
-
-/// Every known adapter, by name.
-pub fn known() -> Vec<Arc<dyn Adapter>> {
-    adapters().lock().expect("adapters").clone()
+impl std::fmt::Debug for Engines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Engines({:?})", self.names())
+    }
 }
 
 /// The name of the engine a scenario without `[engine] name` runs.

@@ -168,10 +168,14 @@ impl RunSpec {
         engine.with_switches(&self.defects).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// What this seed draws, drawn once: the world plays it and the
+    /// judgement reads it back from the world's result.
     fn world_spec(&self) -> WorldSpec {
+        let s = &self.scenario;
         WorldSpec {
-            scenario: self.scenario.clone(),
+            scenario: s.clone(),
             plan: self.fault_plan(),
+            workload: Arc::new(world::Drawn::draw(self.seed, &s.workload, s.phases.fault_phase_ms)),
             sabotage: self.sabotage,
             max_records: self.max_records,
             record: self.record,
@@ -247,7 +251,7 @@ pub fn run_seed(spec: &RunSpec, watchdog: Duration) -> Result<Outcome, RunError>
 /// Checks a world result against every invariant and builds the outcome.
 pub fn judge(spec: &RunSpec, result: &WorldResult) -> Outcome {
     let report = check::check(&spec.scenario.judge_spec(), &result.history);
-    let plan = spec.fault_plan();
+    let plan = result.plan.clone();
     Outcome {
         scenario: spec.scenario.name.clone(),
         seed: spec.seed,

@@ -46,61 +46,118 @@ impl Scenario {
     }
 }
 
-/// A scenario's `[engine]`: the configured engine. Written back as its
-/// adapter's whole configuration (every field, so an inline world does not
+/// A scenario's `[engine]` as written: the adapter's name and its own
+/// fields, not yet configured. Parsing a scenario needs no engine registry;
+/// [`configure`] turns this into an engine with the [`engine::Engines`] given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Described {
+    pub name: String,
+    pub table: toml::Table,
+}
+
+/// A scenario's `[engine]`: as written until it is configured ([`configure`]),
+/// then the configured engine. Written back as its adapter's whole
+/// configuration once configured (every field, so an inline world does not
 /// drift when a default changes), with `name` unless it is the built-in.
 #[derive(Clone)]
-pub struct EngineSection(Arc<dyn Engine>);
+pub struct EngineSection(Section);
+
+#[derive(Clone)]
+enum Section {
+    Described(Described),
+    Configured(Arc<dyn Engine>),
+}
 
 impl EngineSection {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        EngineSection(engine)
+        EngineSection(Section::Configured(engine))
     }
 
+    /// The configured engine.
+    ///
+    /// # Panics
+    /// If the section was parsed but never configured: every way a scenario
+    /// comes in (`resolve`, `load`, `parse_with`, a corpus entry) configures
+    /// it before anything runs or judges it.
     pub fn get(&self) -> &Arc<dyn Engine> {
-        &self.0
+        match &self.0 {
+            Section::Configured(engine) => engine,
+            Section::Described(d) => {
+                panic!("engine '{}' used before it was configured (scenario::configure with the Engines)", d.name)
+            }
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match &self.0 {
+            Section::Configured(engine) => engine.name(),
+            Section::Described(d) => &d.name,
+        }
+    }
+
+    pub fn is_configured(&self) -> bool {
+        matches!(self.0, Section::Configured(_))
+    }
+
+    /// The section as a table would write it (`name` and the fields).
+    pub fn described(&self) -> Described {
+        match &self.0 {
+            Section::Configured(engine) => Described { name: engine.name().to_string(), table: engine.config() },
+            Section::Described(d) => d.clone(),
+        }
     }
 
     /// The engine of a scenario without `[engine]`: the built-in one, with
-    /// its defaults. Its adapter must be registered (`leasesim-sim` does).
+    /// its defaults.
     pub fn default_engine() -> Self {
-        let adapter = engine::adapter(engine::DEFAULT_ENGINE).expect("the built-in engine's adapter is registered");
-        EngineSection(adapter.configure(&toml::Table::new()).expect("the built-in engine's defaults configure it"))
+        EngineSection(Section::Described(Described { name: engine::DEFAULT_ENGINE.into(), table: toml::Table::new() }))
     }
 
-    /// Configures the engine a table names (`name`, else the built-in).
+    /// The engine a table names (`name`, else the built-in), as written.
     pub fn from_table(mut table: toml::Table) -> Result<Self, String> {
         let name = match table.remove("name") {
             None => engine::DEFAULT_ENGINE.to_string(),
             Some(toml::Value::String(name)) => name,
             Some(other) => return Err(format!("name: expected an engine name, got {other}")),
         };
-        let adapter = engine::adapter(&name).map_err(|e| format!("name: {e}"))?;
-        Ok(EngineSection(adapter.configure(&table)?))
+        Ok(EngineSection(Section::Described(Described { name, table })))
+    }
+
+    /// Configures the engine as written with `engines` (a configured one
+    /// stays). The error is one line naming the field within `[engine]`.
+    pub fn configure(&mut self, engines: &engine::Engines) -> Result<(), String> {
+        if let Section::Described(d) = &self.0 {
+            self.0 = Section::Configured(engines.configure(d)?);
+        }
+        Ok(())
     }
 }
 
 impl std::fmt::Debug for EngineSection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "EngineSection({} {:?})", self.0.name(), self.0.config())
+        let d = self.described();
+        write!(f, "EngineSection({} {:?})", d.name, d.table)
     }
 }
 
 impl PartialEq for EngineSection {
     fn eq(&self, other: &Self) -> bool {
-        self.0.name() == other.0.name()
-            && self.0.config() == other.0.config()
-            && self.0.switches_on() == other.0.switches_on()
+        let on = |e: &EngineSection| match &e.0 {
+            Section::Configured(engine) => engine.switches_on(),
+            Section::Described(_) => Vec::new(),
+        };
+        self.described() == other.described() && on(self) == on(other)
     }
 }
 
 impl Serialize for EngineSection {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let described = self.described();
         let mut table = toml::Table::new();
-        if self.0.name() != engine::DEFAULT_ENGINE {
-            table.insert("name".into(), toml::Value::String(self.0.name().into()));
+        if described.name != engine::DEFAULT_ENGINE {
+            table.insert("name".into(), toml::Value::String(described.name));
         }
-        table.extend(self.0.config());
+        table.extend(described.table);
         table.serialize(serializer)
     }
 }
@@ -344,8 +401,9 @@ pub fn builtin_names() -> Vec<String> {
     names
 }
 
-/// Resolves NAME (a built-in scenario) or PATH (a TOML file) and loads it.
-pub fn resolve(name_or_path: &str) -> Result<Loaded, String> {
+/// Resolves NAME (a built-in scenario) or PATH (a TOML file) and loads it,
+/// its engine configured from `engines`.
+pub fn resolve(name_or_path: &str, engines: &engine::Engines) -> Result<Loaded, String> {
     let as_path = Path::new(name_or_path);
     let path = if name_or_path.ends_with(".toml") || name_or_path.contains('/') {
         as_path.to_path_buf()
@@ -356,20 +414,51 @@ pub fn resolve(name_or_path: &str) -> Result<Loaded, String> {
         }
         path
     };
-    load(&path)
+    load(&path, engines)
 }
 
-pub fn load(path: &Path) -> Result<Loaded, String> {
+pub fn load(path: &Path, engines: &engine::Engines) -> Result<Loaded, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let scenario = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let scenario = parse_with(&text, engines).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Loaded { scenario, path: path.to_path_buf() })
 }
 
-/// Parses and validates a scenario. The error is one line naming the field.
+/// Parses a scenario and checks every field and relation that does not
+/// depend on its engine; `[engine]` stays as written (no registry needed).
+/// The error is one line naming the field.
 pub fn parse(text: &str) -> Result<Scenario, String> {
     let scenario: Scenario = from_toml(text)?;
-    validate(&scenario)?;
+    validate_world(&scenario)?;
     Ok(scenario)
+}
+
+/// Parses a scenario, configures its engine from `engines` and validates it
+/// whole. An engine's error names its field (`engine.lease_ttl.job_ms: ...`)
+/// and the line it is on.
+pub fn parse_with(text: &str, engines: &engine::Engines) -> Result<Scenario, String> {
+    let mut scenario = parse(text)?;
+    configure(&mut scenario, engines).map_err(|e| with_line(text, e))?;
+    Ok(scenario)
+}
+
+/// Configures a parsed scenario's engine from `engines`, then checks the
+/// relations between that engine and the world.
+pub fn configure(scenario: &mut Scenario, engines: &engine::Engines) -> Result<(), String> {
+    scenario.engine.configure(engines).map_err(|e| format!("engine.{e}"))?;
+    validate_engine(scenario)
+}
+
+/// `error` (`engine.field: ...`) with the line its field is on in `text`.
+fn with_line(text: &str, error: String) -> String {
+    let Some((path, _)) = error.split_once(": ") else { return error };
+    let line = (1..=text.lines().count()).find(|&l| {
+        field_at_line(text, l)
+            .is_some_and(|f| f == path || path.starts_with(&format!("{f}.")) || f.starts_with(&format!("{path}.")))
+    });
+    match line {
+        Some(l) if !error.ends_with(')') => format!("{error} (line {l})"),
+        _ => error,
+    }
 }
 
 /// Deserializes TOML into `T`; the error is one line: field path, message, line.
@@ -489,6 +578,12 @@ pub mod ranges {
 /// against its range, then the relations between fields. The error is one
 /// line that starts with the field's path (`engine.lease_ttl.job_ms: ...`).
 pub fn validate(s: &Scenario) -> Result<(), String> {
+    validate_world(s)?;
+    validate_engine(s)
+}
+
+/// Every field and relation of the world that does not depend on its engine.
+pub fn validate_world(s: &Scenario) -> Result<(), String> {
     check_name(&s.name)?;
     if s.description.len() > MAX_DESCRIPTION_CHARS {
         return Err(format!(
@@ -591,12 +686,6 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
             return Err(format!("coverage.require[{i}]: unknown coverage point '{point}' (see cargo sim list)"));
         }
     }
-    if w.queues > 0 && !s.engine.get().capabilities().named_queues {
-        return Err(format!("workload.queues: engine '{}' has no named queues", s.engine.get().name()));
-    }
-    // Relations between the engine's configuration and this world (index
-    // builds need an index pass, ...), and what it cannot do at all.
-    s.engine.get().validate(s)?;
     let total = w.index_builds + w.authz_materializations + w.jobs + w.pipelines + w.workflow_runs;
     if total == 0 && w.script.is_empty() {
         return Err(
@@ -610,6 +699,16 @@ pub fn validate(s: &Scenario) -> Result<(), String> {
         return Err(format!("workload: {all} tasks and groups in all; at most {} fit one seed", ranges::ALL_TASKS));
     }
     Ok(())
+}
+
+/// The relations between a configured engine and the world (index builds
+/// need an index pass, ...), and what the engine cannot do at all.
+pub fn validate_engine(s: &Scenario) -> Result<(), String> {
+    let w = &s.workload;
+    if w.queues > 0 && !s.engine.get().capabilities().named_queues {
+        return Err(format!("workload.queues: engine '{}' has no named queues", s.engine.get().name()));
+    }
+    s.engine.get().validate(s)
 }
 
 /// Every numeric field of a scenario outside `[engine]`, with its path and

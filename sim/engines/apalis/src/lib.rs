@@ -22,7 +22,7 @@ pub mod worker;
 use book::Book;
 use config::ApalisConfig;
 use leasesim_redis_model::Reply;
-use leasesim_vocab::promise::{Backoff, Capabilities, LeaseTerms, Promises};
+use leasesim_vocab::promise::{Backoff, Capabilities, Core, LeaseTerms, Promises};
 use leasesim_vocab::truth::ClientAnswer;
 use leasesim_world::engine::{self, Adapter, BoxFuture, ClientWorld, Engine, EngineUnderTest, StoreWorld, WorkerWorld};
 use leasesim_world::scenario::Scenario;
@@ -71,8 +71,7 @@ impl Engine for Apalis {
 
     fn promises(&self) -> Promises {
         let c = &self.cfg;
-        let never = u64::MAX / 4;
-        Promises {
+        let core = Core {
             // apalis-core runs every task it fetched at once: no bound of
             // its own (none is configured by the application here).
             concurrency: u32::MAX / 4,
@@ -80,11 +79,9 @@ impl Engine for Apalis {
             // An idle worker parks until something wakes it; its heartbeat
             // timer does, every interval.
             idle_poll_ms: c.heartbeat_interval_ms,
-            long_poll_ms: 0,
             // Ownership is the worker's liveness: its name's score in the
             // workers set (`keep_alive`), never a lease that expires.
             lease_ttl: LeaseTerms::default(),
-            renew_divisor: 2,
             heartbeat_interval_ms: c.heartbeat_interval_ms,
             // `Config::orphaned_duration`: another worker's heartbeat
             // re-enqueues the tasks of a name silent that long, counted in
@@ -104,21 +101,12 @@ impl Engine for Apalis {
             // the latest its heartbeat timer's, then one call.
             finalize_deadline_ms: c.heartbeat_interval_ms + c.response_timeout_ms,
             rpc_timeout_ms: c.response_timeout_ms,
-            maintenance: Vec::new(),
-            maintenance_interval_ms: never,
-            txn_timeout_ms: never,
-            recovery_delay_ms: 0,
-            // The head of the active list, whatever its order.
-            claim_order: leasesim_vocab::promise::ClaimOrder::Any,
-            statement_time: leasesim_vocab::promise::StatementTime::Start,
-            enqueue_retry: None,
-            // A failed `handle_results` stops the worker (apalis-core's
-            // persistence goes Dead): nothing is tried again.
-            outcome_retry: false,
-            outcome_idempotent: false,
-            claim_fills_free_permits: false,
-            cadences: Vec::new(),
-            replaced_txns_end: leasesim_vocab::promise::ReplacedTxnsEnd::AnyRequest,
+        };
+        // The rest are `Promises::new`'s defaults (no maintenance, no
+        // transactions, claims in no promised order: the head of the active
+        // list; a failed `handle_results` stops the worker, so no outcome
+        // is tried again) but for these.
+        Promises {
             txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
             // apalis-core arms the next heartbeat only once the round is
             // over: keep_alive, renew_leases (with lock_tasks), then
@@ -126,35 +114,15 @@ impl Engine for Apalis {
             heartbeat_calls: if c.lock_tasks { 3 } else { 2 },
             // A re-enqueue names worker names, each every run of a process.
             releases_by_process: true,
+            ..Promises::new(core)
         }
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            testimony: false,
-            permits: false,
-            leases: false,
-            fresh_attempts: false,
-            heartbeats: true,
-            orphan_recovery: false,
-            outcome_answers: false,
-            groups: false,
-            pipelines: false,
-            indexes: false,
-            maintenance: false,
-            transactions: false,
-            named_queues: false,
-            peer_notes: false,
-            enqueue_keys: false,
-            callbacks: false,
-            // apalis reads the wall clock, one for the whole world.
-            clock_seam: false,
-            long_polls: false,
-            fatal_errors: false,
-            // Commands travel on connections: never delivered twice.
-            redelivery: false,
-            periodic_passes: false,
-        }
+        // Ownership by liveness alone. Not `clock_seam`: apalis reads the
+        // wall clock, one for the whole world; not `redelivery`: commands
+        // travel on connections, never delivered twice.
+        Capabilities { heartbeats: true, ..Capabilities::NONE }
     }
 
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {
@@ -223,7 +191,7 @@ impl Adapter for ApalisAdapter {
     }
 }
 
-/// Makes apalis-redis known by name (`engine::adapter("apalis-redis")`).
-pub fn register() {
-    engine::register(Arc::new(ApalisAdapter));
+/// apalis-redis's adapter, for an [`engine::Engines`] (`Engines::new().with(adapter())`).
+pub fn adapter() -> Arc<dyn engine::Adapter> {
+    Arc::new(ApalisAdapter)
 }

@@ -334,9 +334,9 @@ impl Adapter for BuiltinAdapter {
     }
 }
 
-/// Makes the built-in engine known by name (`engine::adapter("builtin")`).
-pub fn register() {
-    engine::register(Arc::new(BuiltinAdapter));
+/// The built-in engine's adapter, for an [`engine::Engines`] (`Engines::new().with(adapter())`).
+pub fn adapter() -> Arc<dyn engine::Adapter> {
+    Arc::new(BuiltinAdapter)
 }
 
 /// The built-in engine of `section` (its configuration and switches),

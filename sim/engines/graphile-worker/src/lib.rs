@@ -233,7 +233,7 @@ impl Adapter for GraphileAdapter {
     }
 }
 
-/// Makes graphile_worker known by name (`engine::adapter("graphile-worker")`).
-pub fn register() {
-    engine::register(Arc::new(GraphileAdapter));
+/// graphile_worker's adapter, for an [`engine::Engines`] (`Engines::new().with(adapter())`).
+pub fn adapter() -> Arc<dyn engine::Adapter> {
+    Arc::new(GraphileAdapter)
 }

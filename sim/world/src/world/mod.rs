@@ -18,7 +18,7 @@ pub mod store_node;
 pub mod workload;
 
 pub use handler::{mix, SimHandler};
-pub use workload::{clients, plan, Action};
+pub use workload::{clients, plan, Action, Drawn};
 
 use crate::engine::{ClientWorld, EngineUnderTest, StoreSeam, StoreWorld, WorkerWorld};
 use crate::faults::{FaultKind, FaultPlan};
@@ -73,13 +73,20 @@ pub struct WorldResult {
     /// Final state of every task, by id.
     pub tasks: BTreeMap<u64, (TaskKind, TaskState)>,
     pub end_ms: u64,
+    /// The fault plan the world played (the one its spec carried: a seed's
+    /// plan is drawn once, and judged as played).
+    pub plan: FaultPlan,
 }
 
-/// Everything a world needs besides the seed and the engine.
+/// Everything a world needs besides the seed and the engine: what the seed
+/// draws (its fault plan and workload) drawn once, before the world starts
+/// (`RunSpec::world_spec`), and carried down.
 #[derive(Debug, Clone)]
 pub struct WorldSpec {
     pub scenario: Arc<Scenario>,
     pub plan: FaultPlan,
+    /// The client's calls and who makes each.
+    pub workload: Arc<Drawn>,
     /// Breaks the harness itself on purpose (to test that a campaign
     /// survives seeds that panic, livelock or flood the history).
     pub sabotage: Option<Sabotage>,
@@ -138,7 +145,7 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     });
     let (to_store, inbox) = mpsc::unbounded_channel();
     let inbox = Arc::new(std::sync::Mutex::new(Some(inbox)));
-    let calls_open = quiet::calls_open(plan(seed, &scenario.workload, scenario.phases.fault_phase_ms).len());
+    let calls_open = quiet::calls_open(spec.workload.calls.len());
     let store_for_node = store.clone();
     let store_node = handle
         .create_node()
@@ -204,13 +211,14 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     }
     handle.kill(client_node);
     handle.kill(store_node.id());
+    let plan = parts.spec.plan.clone();
     drop(parts);
-    last_look::<E>(&seam, &rec, end_ms)
+    last_look::<E>(&seam, &rec, end_ms, plan)
 }
 
 /// The last look at the store: anything the tap has not seen yet changed
 /// outside every request's transaction; then the whole store.
-fn last_look<E: EngineUnderTest>(seam: &E::Store, rec: &Recorder, end_ms: u64) -> WorldResult {
+fn last_look<E: EngineUnderTest>(seam: &E::Store, rec: &Recorder, end_ms: u64, plan: FaultPlan) -> WorldResult {
     if rec.enabled() {
         let drift = seam.tap(None);
         if !drift.is_empty() {
@@ -223,7 +231,7 @@ fn last_look<E: EngineUnderTest>(seam: &E::Store, rec: &Recorder, end_ms: u64) -
     if !last.queues.is_empty() {
         rec.fact(Fact::FinalQueues { queues: last.queues });
     }
-    WorldResult { history: rec.take(), tasks, end_ms }
+    WorldResult { history: rec.take(), tasks, end_ms, plan }
 }
 
 /// The clock offset the plan gives a process (0 if none).
@@ -345,7 +353,8 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
 /// every answer the application got is recorded, and each call sends under
 /// its own number.
 fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::task::NodeId {
-    let (engine, scenario, seed, rec) = (p.engine.clone(), p.spec.scenario.clone(), p.seed, p.rec.clone());
+    let (engine, scenario, workload, rec) =
+        (p.engine.clone(), p.spec.scenario.clone(), p.spec.workload.clone(), p.rec.clone());
     let (control, to_store, shared) = (p.control.clone(), p.to_store.clone(), p.shared.clone());
     let calls_open = p.calls_open.clone();
     let node = handle
@@ -354,9 +363,9 @@ fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::ta
         .ip(net::client_ip())
         .init(move || {
             let link = Link::new(to_store.clone(), control.clone(), Sender::Client(0), None);
-            let (engine, scenario, rec, calls_open) =
-                (engine.clone(), scenario.clone(), rec.clone(), calls_open.clone());
-            let c = ClientParts { engine, scenario, seed, rec, link, calls_open };
+            let (engine, scenario, workload, rec, calls_open) =
+                (engine.clone(), scenario.clone(), workload.clone(), rec.clone(), calls_open.clone());
+            let c = ClientParts { engine, scenario, workload, rec, link, calls_open };
             run_client(c, shared.clone())
         })
         .build();
@@ -366,7 +375,7 @@ fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::ta
 struct ClientParts<E: EngineUnderTest> {
     engine: Arc<E>,
     scenario: Arc<Scenario>,
-    seed: u64,
+    workload: Arc<Drawn>,
     rec: Recorder,
     link: Link<E>,
     calls_open: Arc<AtomicUsize>,
@@ -374,14 +383,12 @@ struct ClientParts<E: EngineUnderTest> {
 
 async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
     let start = tokio::time::Instant::now();
-    let heal_ms = c.scenario.phases.fault_phase_ms;
-    let plan = plan(c.seed, &c.scenario.workload, heal_ms);
-    let clients = clients(c.seed, &c.scenario.workload, plan.len());
-    for (n, (at_ms, action)) in plan.into_iter().enumerate() {
+    for (n, (at_ms, action)) in c.workload.calls.iter().enumerate() {
+        let at_ms = *at_ms;
         tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
         let call = n as u64 + 1;
-        let client = clients.get(n).copied().unwrap_or(call);
-        let what = match &action {
+        let client = c.workload.clients.get(n).copied().unwrap_or(call);
+        let what = match action {
             Action::Enqueue(spec) => ClientCall::Enqueue { spec: spec.clone() },
             Action::CreatePipeline { pipeline, stages } => {
                 ClientCall::CreatePipeline { pipeline: *pipeline, stages: *stages }
@@ -399,7 +406,7 @@ async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
             scenario: c.scenario.clone(),
             shared: shared.clone(),
         };
-        let answer = c.engine.client_call(world, action);
+        let answer = c.engine.client_call(world, action.clone());
         let (rec, calls_open) = (c.rec.clone(), c.calls_open.clone());
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {

@@ -22,6 +22,23 @@ const PIPELINE_BASE: GroupId = 2_000;
 /// First index id of the builds enqueued after the heal.
 const LATE_INDEX_BASE: IndexId = 10_000;
 
+/// A seed's workload, drawn once ([`Drawn::draw`]) and carried down to the
+/// client process: its calls in time order, and which long-lived client makes
+/// each (empty: each call its own client).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Drawn {
+    pub calls: Vec<(u64, Action)>,
+    pub clients: Vec<u64>,
+}
+
+impl Drawn {
+    pub fn draw(seed: u64, w: &Workload, heal_ms: u64) -> Drawn {
+        let calls = plan(seed, w, heal_ms);
+        let clients = clients(seed, w, calls.len());
+        Drawn { calls, clients }
+    }
+}
+
 /// The plan, sorted by time (ties keep generation order). `heal_ms` is when
 /// the heal comes (the work enqueued after it counts from there).
 pub fn plan(seed: u64, w: &Workload, heal_ms: u64) -> Vec<(u64, Action)> {
