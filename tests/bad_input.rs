@@ -225,6 +225,57 @@ fn values_that_describe_no_real_world_are_refused() {
     }
 }
 
+/// A foreign engine's scenario with an unknown field, a value out of range
+/// or a workload the engine cannot run: one line naming the field, exit 2.
+#[test]
+fn foreign_scenarios_name_the_field() {
+    let scratch = common::Scratch::new("bad-foreign");
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("apalis-recovery", "[engine]", "[engine]\nheartbeat_intervl_ms = 5000", "engine.heartbeat_intervl_ms"),
+        ("apalis-recovery", "[engine]", "[engine]\nbatch_size = 0", "engine.batch_size"),
+        ("apalis-recovery", "[engine]", "[engine]\npersistence = \"sometimes\"", "engine.persistence"),
+        (
+            "apalis-quiet",
+            "[workload]",
+            "[workload]\nscheduled_rate = 0.5\nscheduled_max_ms = 10000",
+            "workload.scheduled_rate",
+        ),
+        ("graphile-recovery", "[engine]", "[engine]\nconcurrencyy = 2", "engine.concurrencyy"),
+    ];
+    for (i, (name, at, with, field)) in cases.iter().enumerate() {
+        let text = std::fs::read_to_string(scenario::builtin_dir().join(format!("{name}.toml"))).expect("read");
+        assert!(text.contains(at), "{name} has no {at}");
+        let path = scratch.path().join(format!("case-{i}.toml"));
+        std::fs::write(&path, text.replacen(at, with, 1)).expect("write");
+        let (code, _out, err) = leasesim(&["run", "--scenario", path.to_str().expect("utf-8"), "--seed", "1"]);
+        assert_eq!(code, 2, "{name} with {with:?}: exit {code}: {err}");
+        assert!(err.contains(field), "{name} with {with:?}: does not name {field}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    }
+}
+
+/// Output into a pipe whose reader has gone ends the process quietly (as
+/// SIGPIPE ends any Unix tool), never in a panic.
+#[test]
+fn output_into_a_closed_pipe_is_no_panic() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasesim"))
+        .arg("list")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run leasesim");
+    // Hang up at once: the process is still starting, so its first line
+    // meets a closed pipe (`cargo sim list | head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "list panicked on a closed pipe: {err}");
+    assert_ne!(out.status.code(), Some(101), "exit 101 (a panic): {err}");
+    // Ended by SIGPIPE, as `ls | head -0` ends `ls`.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(13), "not ended by SIGPIPE: {:?} {err}", out.status);
+}
+
 fn leasesim(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leasesim")).args(args).output().expect("run leasesim");
     (
@@ -248,6 +299,16 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["run", "--scenario", "swarm"], "--seed"),
         (vec!["frobnicate"], "frobnicate"),
         (vec!["run", "--scenario", "swarm", "--seed", "1", "--defect", "nope"], "unknown defect 'nope'"),
+        // A switch of another engine: refused before the run, not a panic in it.
+        (
+            vec!["run", "--scenario", "graphile-recovery", "--seed", "7", "--defect", "unfenced-completion"],
+            "--defect: scenario graphile-recovery runs graphile-worker",
+        ),
+        (
+            vec!["fuzz", "--scenario", "graphile-all", "--seeds", "2", "--defect", "unfenced-completion"],
+            "--defect: scenario graphile-",
+        ),
+        (vec!["bench", "find", "--on", "graphile-recovery", "--defect", "unfenced-completion"], "--defect: scenario"),
         (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "3/2"], "--shard"),
         (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "0/2"], "--shard"),
         (vec!["fuzz", "--scenario", "swarm", "--time", "5 minutes"], "--time"),

@@ -268,6 +268,7 @@ fn find(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String
     for defect in defects {
         let scenario = args.on.clone().unwrap_or_else(|| bench::home_scenario(defect).to_string());
         let target = targets(&scenario, e)?.remove(0);
+        super::common::check_defects(std::slice::from_ref(&target), &[defect.name().to_string()])?;
         for &mode in modes {
             let r = bench::time_to_find(defect, &target, starts, cap, jobs, mode);
             if args.json {

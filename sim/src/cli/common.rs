@@ -143,6 +143,22 @@ pub fn targets(arg: &str, engines: &crate::Engines) -> Result<Vec<Target>, Strin
     Ok(targets)
 }
 
+/// Every target's engine has every switch asked for: `--defect` names a
+/// switch of some known engine, but a run of another engine would have to
+/// refuse it mid-campaign. Told before any seed runs, as bad input.
+pub fn check_defects(targets: &[Target], defects: &[String]) -> Result<(), String> {
+    if defects.is_empty() {
+        return Ok(());
+    }
+    for target in targets {
+        let engine = target.scenario.engine.get();
+        engine
+            .with_switches(defects)
+            .map_err(|e| format!("--defect: scenario {} runs {}: {e}", target.arg, engine.name()))?;
+    }
+    Ok(())
+}
+
 /// `--jobs`, defaulting to one per core.
 pub fn jobs(arg: Option<usize>) -> Result<usize, String> {
     let cores = crate::fuzz::default_jobs();

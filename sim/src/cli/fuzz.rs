@@ -234,8 +234,10 @@ fn campaign(args: &FuzzArgs, engines: &crate::Engines) -> Result<Campaign, Strin
         None => None,
     };
     let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
+    let targets = targets(&args.scenario, engines)?;
+    super::common::check_defects(&targets, &args.defects.set())?;
     Ok(Campaign {
-        targets: targets(&args.scenario, engines)?,
+        targets,
         seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
         deadline: args.time.map(|t| Instant::now() + t),
         jobs: jobs(args.jobs)?,

@@ -74,6 +74,19 @@ fn quiet_resource_limits() {
     }));
 }
 
+/// Output into a pipe whose reader left (`cargo sim list | head -1`) ends
+/// the process quietly, as it does any Unix tool, instead of a panic in
+/// `println!` (Rust ignores SIGPIPE by default). Every failure a campaign
+/// finds is saved as it is found, before anything is printed of it.
+fn quiet_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to its default, before any
+    // thread of ours starts; no handler runs our code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// The command line's grammar: every flag that takes a value takes one that
 /// starts with `-` too, so `--seeds -1` is refused by the flag's own parser
 /// ("invalid value '-1' for '--seeds'") rather than read as an unknown flag.
@@ -123,6 +136,7 @@ pub fn main() -> i32 {
 /// (the README's recipe, built and run by `tests/outside_crate.rs`)
 pub fn main_with(engines: crate::Engines) -> i32 {
     quiet_resource_limits();
+    quiet_closed_pipe();
     let cli = match command(&engines).try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => {

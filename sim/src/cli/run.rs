@@ -41,6 +41,8 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs, engines: &crate::Engines) -> Result<i32, String> {
     let loaded = scenario::resolve(&args.scenario, engines)?;
+    let target = crate::fuzz::Target { arg: args.scenario.clone(), scenario: Arc::new(loaded.scenario.clone()) };
+    super::common::check_defects(&[target], &args.defects.set())?;
     let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
         .with_plan(args.faults.plan())
         .with_defects(args.defects.set());
