@@ -258,22 +258,30 @@ fn foreign_scenarios_name_the_field() {
 /// SIGPIPE ends any Unix tool), never in a panic.
 #[test]
 fn output_into_a_closed_pipe_is_no_panic() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasesim"))
+    use std::os::fd::FromRawFd;
+    // A pipe whose read end is closed before the process starts: its first
+    // line meets a closed pipe whatever the timing (`cargo sim list | head -0`).
+    let mut fds = [0; 2];
+    // SAFETY: `pipe` fills both descriptors; the read end is closed here and
+    // the write end owned once, by the child's stdout.
+    let write_end = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0, "pipe");
+        libc::close(fds[0]);
+        std::os::fd::OwnedFd::from_raw_fd(fds[1])
+    };
+    let child = Command::new(env!("CARGO_BIN_EXE_leasesim"))
         .arg("list")
-        .stdout(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::from(write_end))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run leasesim");
-    // Hang up at once: the process is still starting, so its first line
-    // meets a closed pipe (`cargo sim list | head -0`).
-    drop(child.stdout.take());
     let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "list panicked on a closed pipe: {err}");
     assert_ne!(out.status.code(), Some(101), "exit 101 (a panic): {err}");
     // Ended by SIGPIPE, as `ls | head -0` ends `ls`.
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(13), "not ended by SIGPIPE: {:?} {err}", out.status);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "not ended by SIGPIPE: {:?} {err}", out.status);
 }
 
 fn leasesim(args: &[&str]) -> (i32, String, String) {

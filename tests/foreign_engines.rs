@@ -25,11 +25,12 @@ fn foreign_scenarios() -> Vec<String> {
 
 /// What a fault-free run of each scenario may still report: a known bug
 /// that needs no fault (apalis's lost heartbeat wake-up is a matter of
-/// timing alone).
+/// timing alone; its ignored `max_attempts`, of failing bodies alone).
 fn known_without_faults(name: &str) -> &'static [&'static str] {
-    match name.starts_with("apalis-") {
-        true => &["keepalive"],
-        false => &[],
+    match name {
+        "apalis-retries" => &["keepalive", "retry-budget"],
+        _ if name.starts_with("apalis-") => &["keepalive"],
+        _ => &[],
     }
 }
 
@@ -108,14 +109,30 @@ fn a_campaign_finds_the_stale_completion() {
 /// an idle worker whose heartbeat fell due during a fetch falling silent
 /// (`keepalive`, without process faults too).
 #[test]
-fn apalis_campaigns_find_its_two_bugs() {
-    for (name, want) in [("apalis-recovery", "fenced-completion"), ("apalis-quiet", "keepalive")] {
+fn apalis_campaigns_find_its_three_bugs() {
+    let scenarios =
+        [("apalis-recovery", "fenced-completion"), ("apalis-quiet", "keepalive"), ("apalis-retries", "retry-budget")];
+    for (name, want) in scenarios {
         let report = Simulation::scenario(name).seeds(1..=30).run();
         let found: BTreeSet<String> =
             report.failures().filter_map(|r| r.failure.as_ref()).map(|f| f.invariant.clone()).collect();
         assert!(found.contains(want), "{name}: {want} not found in 30 seeds: {found:?}");
-        let known: BTreeSet<String> = ["fenced-completion", "keepalive"].map(String::from).into();
+        let known: BTreeSet<String> = ["fenced-completion", "keepalive", "retry-budget"].map(String::from).into();
         assert!(found.is_subset(&known), "{name}: {found:?}");
+    }
+}
+
+/// max-attempts-ignored (docs/findings/apalis.md): a job pushed with
+/// `max_attempts = 2` is retried after its second failure. Every
+/// retry-budget violation of apalis-retries says so, and nothing else
+/// fails on its first seed.
+#[test]
+fn apalis_retries_past_the_applications_budget() {
+    let outcome = runner::run_seed(&spec("apalis-retries", 1), runner::DEFAULT_WATCHDOG).expect("runs");
+    assert!(!outcome.violations.is_empty(), "seed 1 kept every budget");
+    for v in &outcome.violations {
+        assert_eq!(v.invariant, "retry-budget", "{v:?}");
+        assert!(v.message.contains("failure 2 (Conflict) left it Ready; it must die (max_retries 1)"), "{}", v.message);
     }
 }
 

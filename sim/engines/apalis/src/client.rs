@@ -25,7 +25,12 @@ pub async fn call(cfg: ApalisConfig, c: ClientWorld<Apalis>, action: Action) -> 
     let conn = SimRedis::new(Arc::new(LinkWire { link: c.link, owner: None }), cfg.response_timeout_ms);
     let mut sink = RedisStorage::<u64, SimRedis>::new(conn).with_config(cfg.apalis());
     let id = c.shared.next_task();
-    let task = TaskBuilder::new(id).task_id(ApalisTaskId::Int(id)).build();
+    let mut task = TaskBuilder::new(id).task_id(ApalisTaskId::Int(id));
+    // apalis's own default unless the scenario sets a budget.
+    if cfg.max_attempts != crate::config::DEFAULT_MAX_ATTEMPTS {
+        task = task.max_attempts(cfg.max_attempts as usize);
+    }
+    let task = task.build();
     match sink.push_task(task).await {
         Ok(()) => ClientAnswer::Enqueued { task: Some(id) },
         Err(error) => {

@@ -35,6 +35,12 @@ pub struct ApalisConfig {
     /// the crash are lost), `none` (no persistence: an empty keyspace). A
     /// restart always empties the script cache (Redis never persists it).
     pub persistence: Persistence,
+    /// The application's attempt budget on every job it pushes
+    /// (`TaskBuilder::max_attempts`); without one apalis-redis's push gives
+    /// a job 25. (apalis-redis 1.0.0's `handle_results.lua` ignores it and
+    /// retries to the 25th attempt: docs/findings/apalis.md,
+    /// max-attempts-ignored.)
+    pub max_attempts: u32,
     /// A worker whose `run` returned (apalis stops a worker on a failed
     /// heartbeat or event write) is started again after this long, under
     /// the same name, as a supervisor restarts it.
@@ -58,9 +64,14 @@ impl Default for ApalisConfig {
             response_timeout_ms: crate::conn::RESPONSE_TIMEOUT_MS,
             restart_delay_ms: 1_000,
             persistence: Persistence::Always,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
+
+/// The budget apalis-redis's push gives a job that names none
+/// (`push_tasks`: `max_attempts().unwrap_or(25)`).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
 
 /// Redis's persistence, as the deployment configures it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +96,7 @@ impl ApalisConfig {
             ("missed_heartbeats", self.missed_heartbeats as u64, Range::count(1, 1_000)),
             ("response_timeout_ms", self.response_timeout_ms, PERIOD_MS),
             ("restart_delay_ms", self.restart_delay_ms, PERIOD_MS),
+            ("max_attempts", self.max_attempts as u64, Range::count(1, 1_000)),
         ];
         for (path, value, range) in fields {
             range.check(path, value)?;

@@ -94,8 +94,11 @@ impl Engine for Apalis {
             // seconds after it; no backoff the vocabulary has fits, and
             // retry-clock judges only the never-early half from the row.
             backoff: Backoff::Doubling { base_ms: 0, cap_ms: 0 },
-            // `handle_results.lua` gives up at attempt 25, hard-coded.
-            max_retries: 24,
+            // The application's budget on the jobs it pushes, as apalis's
+            // API documents it (`TaskBuilder::max_attempts`; 25 when none
+            // is given). apalis-redis 1.0.0's `handle_results.lua` gives up
+            // at attempt 25 whatever the budget (max-attempts-ignored).
+            max_retries: c.max_attempts - 1,
             // A finished task's result waits in apalis-core's event buffer
             // until the worker's next wake-up drains it (`poll_ready`): at
             // the latest its heartbeat timer's, then one call.
