@@ -4,14 +4,18 @@
 //! stands for. apalis keeps none of this in the harness's words: its
 //! in-flight sets name workers, not incarnations, and it numbers no grants.
 
-use leasesim_vocab::ids::{Fence, Owner, ProcId, TaskId};
+use leasesim_vocab::ids::{Fence, Owner, TaskId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// The worker name a process runs under, the same across its restarts (as
-/// a supervisor or an orchestrator restarts it).
-pub fn worker_name(proc: ProcId) -> String {
-    format!("p{proc}")
+/// The worker name an incarnation runs under: its process's, the same
+/// across restarts (as a supervisor restarts it), or, with `per_run`, one
+/// of its own (as an orchestrator names each new pod).
+pub fn worker_name(owner: Owner, per_run: bool) -> String {
+    match per_run {
+        false => format!("p{}", owner.proc),
+        true => format!("p{}.{}", owner.proc, owner.incarnation),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -29,9 +33,25 @@ struct Inner {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Book(Arc<Mutex<Inner>>);
+pub struct Book(Arc<Mutex<Inner>>, bool);
 
 impl Book {
+    /// A world's book; `per_run`: each incarnation has a worker name of
+    /// its own ([`worker_name`]).
+    pub fn new(per_run: bool) -> Book {
+        Book(Arc::default(), per_run)
+    }
+
+    /// The worker name `owner` runs under.
+    pub fn name_of(&self, owner: Owner) -> String {
+        worker_name(owner, self.1)
+    }
+
+    /// Does one name stand for every incarnation of its process?
+    pub fn names_per_process(&self) -> bool {
+        !self.1
+    }
+
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.0.lock().expect("apalis book")
     }
@@ -77,7 +97,7 @@ impl Book {
     /// `owner` spoke at the store under its worker name.
     pub fn heard(&self, owner: Owner) {
         let mut b = self.inner();
-        let newest = b.names.entry(worker_name(owner.proc)).or_insert(owner);
+        let newest = b.names.entry(worker_name(owner, self.1)).or_insert(owner);
         if owner.incarnation > newest.incarnation {
             *newest = owner;
         }
@@ -86,5 +106,10 @@ impl Book {
     /// The newest incarnation heard under `name`.
     pub fn owner_named(&self, name: &str) -> Option<Owner> {
         self.inner().names.get(name).copied()
+    }
+
+    /// Every worker name heard so far, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.inner().names.keys().cloned().collect()
     }
 }

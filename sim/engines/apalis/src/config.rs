@@ -35,6 +35,12 @@ pub struct ApalisConfig {
     /// the crash are lost), `none` (no persistence: an empty keyspace). A
     /// restart always empties the script cache (Redis never persists it).
     pub persistence: Persistence,
+    /// How the deployment names its workers: `per-process` (the same name
+    /// across a process's restarts, as a supervisor restarts it) or
+    /// `per-run` (a new name each time, as an orchestrator names each new
+    /// pod; a dead name is then never heard again, and only other workers'
+    /// orphan re-enqueueing brings its tasks back).
+    pub worker_names: WorkerNames,
     /// The application's attempt budget on every job it pushes
     /// (`TaskBuilder::max_attempts`); without one apalis-redis's push gives
     /// a job 25. (apalis-redis 1.0.0's `handle_results.lua` ignores it and
@@ -65,6 +71,7 @@ impl Default for ApalisConfig {
             restart_delay_ms: 1_000,
             persistence: Persistence::Always,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            worker_names: WorkerNames::PerProcess,
         }
     }
 }
@@ -72,6 +79,14 @@ impl Default for ApalisConfig {
 /// The budget apalis-redis's push gives a job that names none
 /// (`push_tasks`: `max_attempts().unwrap_or(25)`).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+
+/// How a deployment names its workers (`ApalisConfig::worker_names`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkerNames {
+    PerProcess,
+    PerRun,
+}
 
 /// Redis's persistence, as the deployment configures it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

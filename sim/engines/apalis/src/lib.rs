@@ -46,8 +46,8 @@ impl EngineUnderTest for Apalis {
     type Shared = Book;
 
     fn start(&self, world: &StoreWorld) -> (Arc<ApalisStore>, Book) {
-        let book = Book::default();
-        let store = ApalisStore::new(&self.cfg, world.scenario.topology.workers, world.time.clone(), book.clone());
+        let book = Book::new(self.cfg.worker_names == config::WorkerNames::PerRun);
+        let store = ApalisStore::new(&self.cfg, world.time.clone(), book.clone());
         (Arc::new(store), book)
     }
 
@@ -115,8 +115,9 @@ impl Engine for Apalis {
             // over: keep_alive, renew_leases (with lock_tasks), then
             // reenqueue_orphaned, one after another.
             heartbeat_calls: if c.lock_tasks { 3 } else { 2 },
-            // A re-enqueue names worker names, each every run of a process.
-            releases_by_process: true,
+            // A re-enqueue names worker names: with a name per process,
+            // each stands for every run of it.
+            releases_by_process: c.worker_names == config::WorkerNames::PerProcess,
             ..Promises::new(core)
         }
     }

@@ -11,7 +11,7 @@
 //! what the scenario's persistence keeps (`ApalisConfig::persistence`), and
 //! no loaded script.
 
-use crate::book::{worker_name, Book};
+use crate::book::Book;
 use crate::call::{self, Call, Keys};
 use crate::config::{ApalisConfig, Persistence};
 use crate::Apalis;
@@ -42,8 +42,6 @@ pub struct ApalisStore {
     /// The wall clock's ms at the world's start: apalis's scores are wall
     /// seconds, read on the same (simulated) clock.
     epoch_ms: u64,
-    /// Worker names of the world's processes.
-    names: Vec<String>,
     /// The answer of the command just served, in the harness's words, for
     /// `normalize` (called right after `serve`, with nothing in between).
     answered: Mutex<Option<Response>>,
@@ -77,14 +75,13 @@ fn members(v: Option<&Value>) -> BTreeSet<Vec<u8>> {
 }
 
 impl ApalisStore {
-    pub fn new(cfg: &ApalisConfig, workers: u32, time: SimTime, book: Book) -> ApalisStore {
+    pub fn new(cfg: &ApalisConfig, time: SimTime, book: Book) -> ApalisStore {
         ApalisStore {
             redis: Mutex::new(Redis::new()),
             keys: Keys::of(&cfg.apalis()),
             book,
             time,
             epoch_ms: wall_ms().saturating_sub(0),
-            names: (1..=workers).map(worker_name).collect(),
             answered: Mutex::new(None),
             mirror: Mutex::new(BTreeMap::new()),
             persistence: cfg.persistence,
@@ -121,12 +118,16 @@ impl ApalisStore {
     /// its sender read), so every name counts; whether each release had a
     /// reason is `lease-revocation`'s to judge, from the holder's life.
     fn expired(&self, by: Owner, only: Option<&str>) -> Vec<Owner> {
-        self.names
+        // A name per process stands for all its runs; a name per run, for one.
+        let per_process = self.book.names_per_process();
+        self.book
+            .names()
             .iter()
             .filter(|name| only.is_none_or(|o| o == name.as_str()))
             .filter_map(|name| self.book.owner_named(name))
             .flat_map(|newest| {
-                (1..=newest.incarnation).map(move |incarnation| Owner { proc: newest.proc, incarnation })
+                let first = if per_process { 1 } else { newest.incarnation };
+                (first..=newest.incarnation).map(move |incarnation| Owner { proc: newest.proc, incarnation })
             })
             .filter(|&o| o != by)
             .collect()
@@ -145,7 +146,7 @@ impl ApalisStore {
             _ => BTreeMap::new(),
         };
         let mut inflight = BTreeSet::new();
-        for name in &self.names {
+        for name in self.book.names() {
             inflight.extend(members(get(&format!("{}:{name}", self.keys.inflight))));
         }
         let mut rows = BTreeMap::new();

@@ -6,7 +6,7 @@
 //! event write) the process exits, and the world's supervisor starts a new
 //! one after `restart_delay_ms`.
 
-use crate::book::{worker_name, Book};
+use crate::book::Book;
 use crate::config::ApalisConfig;
 use crate::conn::SimRedis;
 use crate::wire::LinkWire;
@@ -35,7 +35,8 @@ pub async fn run(cfg: ApalisConfig, w: WorkerWorld<Apalis>) {
     let conn = SimRedis::new(Arc::new(wire), cfg.response_timeout_ms);
     let storage = RedisStorage::<u64, SimRedis>::new(conn).with_config(cfg.apalis());
     let seam = BodySeam { handler: w.body.clone(), book: w.shared.clone(), owner: w.owner };
-    let worker = WorkerBuilder::new(worker_name(w.owner.proc)).backend(storage).data(seam).build(job);
+    let name = w.shared.name_of(w.owner);
+    let worker = WorkerBuilder::new(name).backend(storage).data(seam).build(job);
     match worker.run().await {
         Ok(()) => tracing::info!(owner = %w.owner, "apalis worker stopped"),
         Err(error) => tracing::info!(%error, owner = %w.owner, "apalis worker failed; the process exits"),
