@@ -234,12 +234,7 @@ fn foreign_scenarios_name_the_field() {
         ("apalis-recovery", "[engine]", "[engine]\nheartbeat_intervl_ms = 5000", "engine.heartbeat_intervl_ms"),
         ("apalis-recovery", "[engine]", "[engine]\nbatch_size = 0", "engine.batch_size"),
         ("apalis-recovery", "[engine]", "[engine]\npersistence = \"sometimes\"", "engine.persistence"),
-        (
-            "apalis-quiet",
-            "[workload]",
-            "[workload]\nscheduled_rate = 0.5\nscheduled_max_ms = 10000",
-            "workload.scheduled_rate",
-        ),
+        ("apalis-quiet", "[workload]", "[workload]\nqueues = 2", "workload.queues"),
         ("graphile-recovery", "[engine]", "[engine]\nconcurrencyy = 2", "engine.concurrencyy"),
     ];
     for (i, (name, at, with, field)) in cases.iter().enumerate() {

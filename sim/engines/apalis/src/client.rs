@@ -2,7 +2,8 @@
 //! sink (`RedisStorage::push_task`), over a connection of the harness's.
 //! The task's id is the application's (`TaskId::Int`, drawn from the
 //! world's book): apalis's default ULIDs draw on the OS, which no seed
-//! replays. It is not retried: the application makes one attempt.
+//! replays. It is not retried: the application makes one attempt. A job
+//! the application schedules is pushed with its `run_at` (whole seconds).
 
 use crate::config::ApalisConfig;
 use crate::conn::SimRedis;
@@ -18,7 +19,7 @@ use leasesim_world::world::Action;
 use std::sync::Arc;
 
 pub async fn call(cfg: ApalisConfig, c: ClientWorld<Apalis>, action: Action) -> ClientAnswer {
-    let Action::Enqueue(_) = action else {
+    let Action::Enqueue(spec) = action else {
         // The adapter's validation refuses workloads with anything but jobs.
         unreachable!("apalis's workload only pushes jobs");
     };
@@ -29,6 +30,16 @@ pub async fn call(cfg: ApalisConfig, c: ClientWorld<Apalis>, action: Action) -> 
     // apalis's own default unless the scenario sets a budget.
     if cfg.max_attempts != crate::config::DEFAULT_MAX_ATTEMPTS {
         task = task.max_attempts(cfg.max_attempts as usize);
+    }
+    if spec.not_before_ms > 0 {
+        // apalis schedules in whole seconds of the wall clock (`run_at`,
+        // the score in its scheduled set): the first second at or after
+        // the time the application asked for, so the job is never due
+        // sooner than asked.
+        let wall_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let asked_wall_ms = wall_ms + spec.not_before_ms.saturating_sub(c.rec.now_ms());
+        task = task.run_at_timestamp(asked_wall_ms.div_ceil(1_000));
     }
     let task = task.build();
     match sink.push_task(task).await {

@@ -157,13 +157,6 @@ impl Engine for Apalis {
         if !w.script.is_empty() {
             return Err("workload.script: apalis-redis scenarios push drawn jobs only".into());
         }
-        if w.scheduled_rate > 0.0 {
-            // apalis schedules in whole seconds of the wall clock
-            // (`run_at`, its scheduled set); the client here pushes every
-            // job due at once, so a scheduled job would be run early by the
-            // harness's reading, not apalis's.
-            return Err("workload.scheduled_rate: apalis-redis scenarios push jobs due at once; use 0".into());
-        }
         if w.fatal_rate > 0.0 {
             return Err(
                 "workload.fatal_rate: apalis-redis retries every failure (it has no fatal errors); use 0".into()
