@@ -113,6 +113,9 @@ points! {
     COMPLETION_RETRIED = "completion-retried-after-commit": "an attempt sent its completion again after it had committed (its first answer lost), and the retry was answered";
     QUERY_HELD_LONG = "query-held-past-rpc-deadline": "an index query was held at the store longer than one RPC deadline before its answer: its client had to wait past one";
     PERMIT_UNSTARTED = "permit-returned-unstarted": "a worker gave back the permit of an attempt whose body never started (its claim answer came after the lease had run out)";
+    DEREGISTERED_HOLDING = "deregistered-holding-tasks": "a process told the store it is leaving (deregistered) while tasks were still leased to it: only recovery brings them back";
+    CLAIM_ANSWER_LOST = "claim-answer-lost": "a claim granted tasks and its answer was lost: they are leased to a worker that does not know it holds them";
+    LIVE_OWNER_RELEASED = "live-owner-task-released": "a heartbeat-owned task was released as dead while its owner was up, not paused and not replaced: silent at the store, not gone";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -132,7 +135,10 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         "clock-skew-against-lease" => caps.leases && caps.clock_seam,
         "long-poll-granted-to-absent-owner" => caps.long_polls,
         "repair-beside-healthy-lease" | "repair-at-expiry-ms" => caps.groups,
-        "dead-owner-task-released" | "dead-owner-released-while-paused" => caps.heartbeats,
+        "dead-owner-task-released"
+        | "dead-owner-released-while-paused"
+        | "deregistered-holding-tasks"
+        | "live-owner-task-released" => caps.heartbeats,
         "orphan-released" | "same-owner-reclaim" => caps.orphan_recovery,
         "maintenance-pass-overdue" => caps.maintenance,
         "note-before-retry-time" => caps.peer_notes,
@@ -541,6 +547,19 @@ impl Coverage {
         if matches!(a.request.from, Sender::Client(_)) && !a.commit.is_empty() && a.reply == Reply::Lost {
             self.hit(CLIENT_REPLY_LOST);
         }
+        if let Op::Claim { .. } = a.request.request {
+            if a.reply == Reply::Lost && matches!(a.response, Response::Claimed { grants } if !grants.is_empty()) {
+                self.hit(CLAIM_ANSWER_LOST);
+            }
+        }
+        // The view is the one before this answer applies: what was leased to
+        // the owner when it said it was leaving.
+        if let Op::Deregister { owner } = a.request.request {
+            let holds = v.leased.iter().filter_map(|id| v.task(*id)).any(|t| t.row.owner == Some(owner));
+            if !refused && holds {
+                self.hit(DEREGISTERED_HOLDING);
+            }
+        }
         if a.request.duplicate && a.commit.is_empty() && is_write(&a.request.request) {
             self.hit(DUPLICATE_ABSORBED);
         }
@@ -654,8 +673,17 @@ impl Coverage {
         }
         if before.lease_expiry_ms.is_none() && !matches!(op, Some(Op::ReleaseOrphans { .. } | Op::ReturnOwn { .. })) {
             self.hit(DEAD_OWNER_RELEASED);
-            if v.procs.get(&holder.owner.proc).is_some_and(|p| p.paused_now()) && v.killed(holder.owner).is_none() {
+            let paused = v.procs.get(&holder.owner.proc).is_some_and(|p| p.paused_now());
+            if paused && v.killed(holder.owner).is_none() {
                 self.hit(ZOMBIE_RELEASED);
+            }
+            let o = holder.owner;
+            let replaced = v.owners.iter().any(|(other, view)| {
+                other.proc == o.proc && other.incarnation > o.incarnation && view.first_seen_ms.is_some()
+            });
+            let up = v.owner(o).is_some_and(|view| view.alive() && view.deregistered_ms.is_none());
+            if up && !paused && !replaced {
+                self.hit(LIVE_OWNER_RELEASED);
             }
         }
     }
@@ -747,6 +775,7 @@ mod tests {
     use crate::testkit::{o, spec, H};
     use leasesim_vocab::history::Record;
     use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::testimony::ReleaseCause;
 
     /// The points a history reaches, by the one check function.
     fn reached(history: Vec<Record>) -> BTreeSet<String> {
@@ -845,6 +874,40 @@ mod tests {
                 .at(5_600).end()
                 .build()
             => [MAINTENANCE_OVERDUE, HELD_AT_STORE];
+        // Heartbeat-owned (no lease): p1.1 leaves while t1 is still its.
+        a_process_deregistered_while_holding_a_task:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None)
+                .at(20).answer(Sender::Worker(o(1, 1)), Op::Deregister { owner: o(1, 1) }, Response::Ack, vec![], &[])
+                .build()
+            => [DEREGISTERED_HOLDING];
+        a_process_deregistered_holding_nothing_reaches_nothing:
+            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .attempt_ok(10, 1, 1, o(1, 1))
+                .at(5_000).answer(Sender::Worker(o(1, 1)), Op::Deregister { owner: o(1, 1) }, Response::Ack, vec![], &[])
+                .build()
+            => [];
+        a_claim_whose_answer_was_lost:
+            H::new().up(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted_lost(1, 1, o(1, 1), None)
+                .build()
+            => [CLAIM_ANSWER_LOST];
+        // p1.1 is up and running but silent: p2.1 releases its task as dead.
+        a_silent_live_owners_task_released:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None)
+                .at(60_000).released_by(1, o(2, 1), Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] }, ReleaseCause::DeadOwner)
+                .build()
+            => [DEAD_OWNER_RELEASED, LIVE_OWNER_RELEASED];
+        // The same release of a gone owner's task: dead, not silent (with
+        // no kill injected, its end reads as an exit holding the task).
+        a_gone_owners_task_released:
+            H::new().up(o(1, 1)).up(o(2, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
+                .at(10).granted(1, 1, o(1, 1), None)
+                .at(100).killed(o(1, 1))
+                .at(60_000).released_by(1, o(2, 1), Op::ReleaseOwners { by: o(2, 1), owners: vec![o(1, 1)] }, ReleaseCause::DeadOwner)
+                .build()
+            => [DEAD_OWNER_RELEASED, EXIT_HOLDING];
         an_attempt_given_up_before_its_start:
             // Its claim answer came too late: the permit goes back unused.
             H::new().up(o(1, 1)).created(1, TaskKind::WorkflowTask)

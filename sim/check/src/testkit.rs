@@ -510,11 +510,28 @@ impl H {
     }
     /// As `granted`, the claim asking for `max` tasks.
     pub fn granted_asking(self, max: u32, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
+        self.granted_reply(Reply::Sent, max, task, attempt, owner, expiry)
+    }
+    /// As `granted`, the claim's answer lost on its way (the task is leased
+    /// all the same).
+    pub fn granted_lost(self, task: TaskId, attempt: u32, owner: Owner, expiry: Option<u64>) -> Self {
+        self.granted_reply(Reply::Lost, 1, task, attempt, owner, expiry)
+    }
+    fn granted_reply(
+        self,
+        reply: Reply,
+        max: u32,
+        task: TaskId,
+        attempt: u32,
+        owner: Owner,
+        expiry: Option<u64>,
+    ) -> Self {
         let f = fence(task, attempt, owner);
         let kind = self.row(task).spec.kind;
         let retry_at_ms = self.row(task).retry_at_ms;
         let grant = Grant { fence: f, kind, lease_expiry_ms: expiry };
-        self.answer(
+        self.answer_as(
+            reply,
             Sender::Worker(owner),
             Op::Claim { owner, max, wait_ms: 0 },
             Response::Claimed { grants: vec![grant] },
