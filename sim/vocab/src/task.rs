@@ -94,6 +94,14 @@ pub struct TaskSpec {
     pub queue: Option<QueueId>,
 }
 
+impl TaskSpec {
+    /// A plain job: no group, pipeline stage, index or named queue (the
+    /// notions only some engines have), due from `not_before_ms`.
+    pub fn job(not_before_ms: u64) -> TaskSpec {
+        TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms, queue: None }
+    }
+}
+
 impl Hash for TaskSpec {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.kind.hash(state);
@@ -130,6 +138,27 @@ pub struct Row {
     pub updated_ms: u64,
     /// How many times group repair reclaimed this task.
     pub repair_count: u32,
+}
+
+impl Row {
+    /// A ready row never granted, failed or repaired: an adapter sets what
+    /// its store says with struct update syntax (`Row { state, owner,
+    /// ..Row::ready(id, spec) }`), naming no field its engine lacks
+    /// (`repair_count` is group repair's).
+    pub fn ready(id: TaskId, spec: TaskSpec) -> Row {
+        Row {
+            id,
+            spec,
+            state: TaskState::Ready,
+            owner: None,
+            attempt: 0,
+            lease_expiry_ms: None,
+            retries: 0,
+            retry_at_ms: 0,
+            updated_ms: 0,
+            repair_count: 0,
+        }
+    }
 }
 
 /// One pipeline stage row.

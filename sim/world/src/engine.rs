@@ -117,7 +117,10 @@ pub trait StoreSeam<E: EngineUnderTest>: Send + Sync + 'static {
 
     /// The database aborted this transaction (a fault refused one of its
     /// statements): nothing it wrote applies, its locks are released.
-    fn abort(&self, txn: TxnId);
+    /// Default: nothing to do, for a store whose every request is a
+    /// transaction of its own (a Redis command or script), so no
+    /// transaction is ever open between requests.
+    fn abort(&self, _txn: TxnId) {}
 
     /// The store process died: open transactions are lost, committed state
     /// survives.

@@ -17,7 +17,7 @@ use crate::config::{ApalisConfig, Persistence};
 use crate::Apalis;
 use leasesim_redis_model::{Redis, Reply, Value};
 use leasesim_vocab::faults::FaultKind;
-use leasesim_vocab::ids::{Owner, TaskId, TxnId};
+use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::{Grant, Op, Refusal, Response};
 use leasesim_vocab::task::{Row, TaskError, TaskKind, TaskSpec, TaskState};
 use leasesim_vocab::truth::{Commit, Sender, TaskChange};
@@ -54,10 +54,6 @@ pub struct ApalisStore {
 
 fn wall_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn job_spec() -> TaskSpec {
-    TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0, queue: None }
 }
 
 fn task_id(word: &str) -> Option<TaskId> {
@@ -171,16 +167,12 @@ impl ApalisStore {
             rows.insert(
                 id,
                 Row {
-                    id,
-                    spec: job_spec(),
                     state,
                     owner,
                     attempt: grant.map_or(0, |f| f.attempt),
-                    lease_expiry_ms: None,
                     retries: self.book.failures(id),
                     retry_at_ms,
-                    updated_ms: 0,
-                    repair_count: 0,
+                    ..Row::ready(id, TaskSpec::job(0))
                 },
             );
         }
@@ -311,7 +303,7 @@ impl StoreSeam<Apalis> for ApalisStore {
         let call = call::classify(&self.keys, &cmd.argv);
         let Some(owner) = owner else {
             return match call {
-                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: job_spec(), key: None },
+                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: TaskSpec::job(0), key: None },
                 call => other(format!("{call:?}")),
             };
         };
@@ -397,8 +389,6 @@ impl StoreSeam<Apalis> for ApalisStore {
             reply
         })
     }
-
-    fn abort(&self, _txn: TxnId) {}
 
     fn crash(&self) {
         // A restarted server has no scripts loaded: apalis's next call of

@@ -92,7 +92,7 @@ fn enqueue(params: &[DbValue]) -> Op {
         Some(DbValue::TextOpt(Some(name)) | DbValue::Text(name)) => Some(queue_id(name)),
         _ => None,
     };
-    let spec = TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms: 0, queue };
+    let spec = TaskSpec { queue, ..TaskSpec::job(0) };
     Op::Enqueue { spec, key: None }
 }
 
