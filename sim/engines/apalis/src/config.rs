@@ -41,6 +41,11 @@ pub struct ApalisConfig {
     /// pod; a dead name is then never heard again, and only other workers'
     /// orphan re-enqueueing brings its tasks back).
     pub worker_names: WorkerNames,
+    /// An operator's dashboard: before every `dashboard_every`-th call of
+    /// the application (0: none), the client reads the queue's statistics,
+    /// tasks and workers (`Metrics::global`, `Metrics::fetch_by_queue`,
+    /// `ListTasks::list_tasks`, `ListWorkers::list_workers`).
+    pub dashboard_every: u32,
     /// The application's attempt budget on every job it pushes
     /// (`TaskBuilder::max_attempts`); without one apalis-redis's push gives
     /// a job 25. (apalis-redis 1.0.0's `handle_results.lua` ignores it and
@@ -72,6 +77,7 @@ impl Default for ApalisConfig {
             persistence: Persistence::Always,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             worker_names: WorkerNames::PerProcess,
+            dashboard_every: 0,
         }
     }
 }
@@ -112,6 +118,7 @@ impl ApalisConfig {
             ("response_timeout_ms", self.response_timeout_ms, PERIOD_MS),
             ("restart_delay_ms", self.restart_delay_ms, PERIOD_MS),
             ("max_attempts", self.max_attempts as u64, Range::count(1, 1_000)),
+            ("dashboard_every", self.dashboard_every as u64, Range::count(0, 1_000)),
         ];
         for (path, value, range) in fields {
             range.check(path, value)?;

@@ -30,6 +30,10 @@ async fn an_operators_view_of_a_queue_with_a_done_job() {
     let config = Config::default().queue("dash").heartbeat_interval(Duration::from_millis(500)).emit_events(false);
     let mut conn = apalis_redis::connect(server.url()).await.expect("connect");
     let mut storage = RedisStorage::<u32, _>::new(conn.clone()).with_config(config.clone());
+    // 0. Statistics of a queue with nothing done yet: `overview_by_queue.lua`
+    //    reads the time from ARGV[1], which `fetch_by_queue` never passes.
+    let empty = format!("{:?}", storage.fetch_by_queue().await);
+    println!("Metrics::fetch_by_queue, nothing done yet: {empty}");
     storage.push(1).await.expect("push");
     let worker =
         WorkerBuilder::new("w1").backend(RedisStorage::<u32, _>::new(conn.clone()).with_config(config.clone()));
@@ -67,6 +71,7 @@ async fn an_operators_view_of_a_queue_with_a_done_job() {
     println!("ListWorkers::list_workers: {workers:?}");
     worker.abort();
 
+    assert!(empty.contains("a nil value"), "queue statistics answer on an empty queue (fixed upstream?): {empty}");
     assert_eq!(done_jobs.as_deref(), Some("0"), "global statistics count the done job (fixed upstream?)");
     let by_queue = format!("{by_queue:?}");
     assert!(by_queue.contains("WRONGTYPE"), "queue statistics answer (fixed upstream?): {by_queue}");
