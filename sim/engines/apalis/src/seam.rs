@@ -108,12 +108,16 @@ impl ApalisStore {
 
     /// The owners whose tasks `reenqueue_orphaned` may hand back: every
     /// incarnation of every worker name it may take as dead (only `only`,
-    /// if given), never the sender itself. Which names are silent is decided
-    /// when the script runs, by scores the harness cannot foresee at the
-    /// call's arrival (a keep-alive held up on the way writes the older time
-    /// its sender read), so every name counts; whether each release had a
-    /// reason is `lease-revocation`'s to judge, from the holder's life.
-    fn expired(&self, by: Owner, only: Option<&str>) -> Vec<Owner> {
+    /// if given), the sender's own included: the script takes every name
+    /// whose score is stale, and a worker back from a long pause sends the
+    /// rest of its heartbeat round before its next keep-alive, so its own
+    /// name may be stale too (apalis-pods seed 547213237897: p3.9, paused
+    /// 30 s, re-enqueued its own running task). Which names are silent is
+    /// decided when the script runs, by scores the harness cannot foresee at
+    /// the call's arrival (a keep-alive held up on the way writes the older
+    /// time its sender read), so every name counts; whether each release had
+    /// a reason is `lease-revocation`'s to judge, from the holder's life.
+    fn expired(&self, only: Option<&str>) -> Vec<Owner> {
         // A name per process stands for all its runs; a name per run, for one.
         let per_process = self.book.names_per_process();
         self.book
@@ -125,7 +129,6 @@ impl ApalisStore {
                 let first = if per_process { 1 } else { newest.incarnation };
                 (first..=newest.incarnation).map(move |incarnation| Owner { proc: newest.proc, incarnation })
             })
-            .filter(|&o| o != by)
             .collect()
     }
 
@@ -310,9 +313,7 @@ impl StoreSeam<Apalis> for ApalisStore {
         match call {
             Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
             Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
-            Call::Reenqueue { only, .. } => {
-                Op::ReleaseOwners { by: owner, owners: self.expired(owner, only.as_deref()) }
-            }
+            Call::Reenqueue { only, .. } => Op::ReleaseOwners { by: owner, owners: self.expired(only.as_deref()) },
             Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
                 Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
                 None => other("handle-results of a task id not the application's".into()),
