@@ -658,6 +658,24 @@ impl Variant for SilentReleases {
     }
 }
 
+/// The store tells a created task (a scheduled one, a stage) due at 0 ms in its
+/// `TaskCreated` event, though it wrote it due at its not-before time.
+struct ScheduleToldDueAtOnce;
+
+impl Variant for ScheduleToldDueAtOnce {
+    fn name(&self) -> &str {
+        "created tasks told due at 0 ms"
+    }
+    fn event(&self, event: Event) -> Option<Event> {
+        Some(match event {
+            Event::TaskCreated { task, spec, retry_at_ms } if retry_at_ms > 0 => {
+                Event::TaskCreated { task, spec, retry_at_ms: 0 }
+            }
+            other => other,
+        })
+    }
+}
+
 fitness! {
     fenced_completion: "fenced-completion" in "b-machines" by CompletesByTaskId, within 60;
     single_owner: "single-owner" in "swarm" by ClaimSteals, within 20;
@@ -695,6 +713,7 @@ fitness! {
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
     permit_given_back: "no-permit-leak" in "swarm" by Calls("claims one permit short", claims_one_short), within 10;
     testimony: "testimony" in "c-workflows" by SilentReleases, within 40;
+    testimony_of_a_schedule: "testimony" in "swarm" by ScheduleToldDueAtOnce, within 20;
     claim_progress: "claim-progress" in "a-index-builds" by Drift("idle poll of a minute", |c| c.idle_poll_ms = 60_000), within 20;
     expired_lease_recovery: "expired-lease-recovery" in "a-index-builds" by Drift("recovery every 5 minutes", |c| c.recovery_interval_ms = 300_000), within 60;
     materialization: "materialization" in "a-index-builds" by Calls("completions lost", loses_completions), within 20;

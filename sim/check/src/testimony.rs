@@ -26,7 +26,9 @@ pub const NAME: &str = "testimony";
 /// One thing the store did (as the engine says it, or as the harness saw it).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Did {
-    Created(TaskId),
+    /// A task created, due from this store time (its retry-at: a scheduled
+    /// task's not-before time).
+    Created(TaskId, u64),
     Granted(Fence, Option<u64>),
     Renewed(Fence, u64),
     Released(Fence),
@@ -40,7 +42,7 @@ enum Did {
 /// What an engine store event says the store did.
 fn said(e: &Event) -> Option<Did> {
     Some(match e {
-        Event::TaskCreated { task, .. } => Did::Created(*task),
+        Event::TaskCreated { task, retry_at_ms, .. } => Did::Created(*task, *retry_at_ms),
         Event::LeaseGranted { fence, lease_expiry_ms, .. } => Did::Granted(*fence, *lease_expiry_ms),
         Event::LeaseRenewed { fence, lease_expiry_ms } => Did::Renewed(*fence, *lease_expiry_ms),
         Event::LeaseReleased { fence, .. } => Did::Released(*fence),
@@ -89,7 +91,7 @@ fn seen(request: Option<&Op>, response: Option<&Response>, commit: &Commit) -> V
     for c in &commit.tasks {
         let a = &c.after;
         let Some(b) = &c.before else {
-            did.push(Did::Created(a.id));
+            did.push(Did::Created(a.id, a.retry_at_ms));
             continue;
         };
         if let Some(fence) = granted(c) {
@@ -259,7 +261,7 @@ mod tests {
     use super::NAME;
     use crate::testkit::{cases, fence, o, H, PASS};
     use leasesim_vocab::op::{Op, Response};
-    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::task::{Row, TaskKind, TaskSpec};
     use leasesim_vocab::testimony::{Event, ReleaseCause};
     use leasesim_vocab::truth::Sender;
 
@@ -267,6 +269,24 @@ mod tests {
         truthful_testimony_passes:
             H::new().up(o(1, 1)).created(1, TaskKind::Job).attempt_ok(10, 1, 1, o(1, 1)).build()
             => PASS;
+        a_scheduled_task_told_due_at_its_time_passes:
+            H::new().up(o(1, 1)).created_spec(1, TaskSpec::job(5_000)).build()
+            => PASS;
+        // The store wrote the task due at 5000 ms; its event says due at once.
+        a_scheduled_task_told_due_at_once:
+            H::new().up(o(1, 1))
+                .answer(
+                    Sender::Client(1),
+                    Op::Enqueue { spec: TaskSpec::job(5_000), key: None },
+                    Response::Enqueued { task: 1 },
+                    vec![Event::TaskCreated { task: 1, spec: TaskSpec::job(5_000), retry_at_ms: 0 }],
+                    &[(1, &|t: &mut Row| {
+                        t.spec = TaskSpec::job(5_000);
+                        t.retry_at_ms = 5_000;
+                    })],
+                )
+                .build()
+            => &[(NAME, Some(1))];
         store_event_for_a_release_that_did_not_happen:
             H::new().up(o(1, 1)).created(1, TaskKind::Job)
                 .at(10).grant(1, 1, o(1, 1))
