@@ -676,6 +676,33 @@ impl Variant for ScheduleToldDueAtOnce {
     }
 }
 
+/// The lease renewer stops when the body returns: an outcome write held or
+/// retried past the lease's expiry finds the task taken.
+#[derive(Default)]
+struct StopsRenewingAtBodyEnd {
+    ended: std::sync::Mutex<std::collections::BTreeSet<leasesim::ids::Fence>>,
+}
+
+impl Variant for StopsRenewingAtBodyEnd {
+    fn name(&self) -> &str {
+        "renewals stop when the body returns"
+    }
+    fn event(&self, event: Event) -> Option<Event> {
+        if let Event::ExecutionFinished { fence, .. } = &event {
+            self.ended.lock().expect("ended").insert(*fence);
+        }
+        Some(event)
+    }
+    fn call<'a>(&'a self, _: Option<Owner>, req: Request, send: Call) -> BoxFuture<'a, Result<Response, RpcError>> {
+        if let Request::Renew { fence } = &req {
+            if self.ended.lock().expect("ended").contains(fence) {
+                return Box::pin(std::future::pending());
+            }
+        }
+        send(req)
+    }
+}
+
 fitness! {
     fenced_completion: "fenced-completion" in "b-machines" by CompletesByTaskId, within 60;
     single_owner: "single-owner" in "swarm" by ClaimSteals, within 20;
@@ -710,6 +737,7 @@ fitness! {
     outcome_retried: "outcome-kept" in "swarm" by Calls("a retryable refusal of an outcome taken as final", outcome_refusal_final), within 100;
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
     start_margin: "keepalive" in "swarm" by LateClaimsStartedAsThey {}, within 20;
+    renewed_until_recorded: "keepalive" in "swarm" by StopsRenewingAtBodyEnd::default(), within 60;
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
     permit_given_back: "no-permit-leak" in "swarm" by Calls("claims one permit short", claims_one_short), within 10;
     testimony: "testimony" in "c-workflows" by SilentReleases, within 40;

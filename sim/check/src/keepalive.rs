@@ -149,12 +149,20 @@ impl Keepalive {
             let Some(margin) = promise::renew_margin_ms(cfg, t.kind()) else { continue };
             let from = expiry.saturating_sub(margin);
             let offset = ctx.view.procs.get(&owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs());
-            let running = ctx
-                .view
-                .bodies
-                .get(&fence)
-                .is_some_and(|b| b.started_ms <= from && b.ended_ms.is_none_or(|e| e > expiry));
-            if !running
+            // Working on the task from the margin to the expiry: its body
+            // running, or ended and its outcome still being recorded, within
+            // the finalization deadline, when the lease ran out (a lease is
+            // kept until the outcome is written: an outcome write held past
+            // the expiry would otherwise find the task taken).
+            let finalizing = ctx.view.owner(owner).is_some_and(|o| o.finalizing.contains_key(&fence));
+            let working = ctx.view.bodies.get(&fence).is_some_and(|b| {
+                b.started_ms <= from
+                    && match b.ended_ms {
+                        None => true,
+                        Some(ended) => ended > expiry || (finalizing && ended + cfg.finalize_deadline_ms > expiry),
+                    }
+            });
+            if !working
                 || !ctx.view.live_throughout(owner, from, expiry)
                 || offset + promise::NET_LATENCY_MAX_MS >= margin
             {
@@ -169,8 +177,9 @@ impl Keepalive {
                         NAME,
                         now,
                         format!(
-                            "t{id}: the lease of attempt {} ({owner}) expired at {expiry} ms while its body ran and {owner} \
-                             was up and connected, but no renewal of it reached the store after {window} ms (renew margin {margin} ms)",
+                            "t{id}: the lease of attempt {} ({owner}) expired at {expiry} ms while its body ran or its \
+                             outcome was being recorded and {owner} was up and connected, but no renewal of it reached \
+                             the store after {window} ms (renew margin {margin} ms)",
                             fence.attempt
                         ),
                     )
@@ -286,6 +295,20 @@ mod tests {
                 .at(4_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
                 .build()
             => &[(NAME, Some(1)), ("fenced-completion", Some(1))];
+        // The body ends at 2500 ms, inside the margin; its outcome is still
+        // being recorded (deadline 3500 ms) when the lease runs out at
+        // 3010 ms, and no renewal came after 2010 ms.
+        lease_lost_while_the_outcome_is_recorded:
+            running().at(2_500).finished(1, 1, o(1, 1), true)
+                .at(3_100).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .build()
+            => &[(NAME, Some(1))];
+        lease_kept_while_the_outcome_is_recorded_passes:
+            running().at(2_500).finished(1, 1, o(1, 1), true)
+                .at(2_600).renew(1, 1, o(1, 1))
+                .at(3_100).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .build()
+            => PASS;
         paused_owner_loses_its_lease_passes:
             running().at(1_000).paused(1).at(3_010).released(1, 1, o(1, 1))
                 .at(4_000).resumed(1).finished(1, 1, o(1, 1), true).unpermit(o(1, 1), 1, 1)
