@@ -314,6 +314,8 @@ fn cli_bad_input_exits_2_with_one_line() {
         (vec!["bench", "find", "--on", "graphile-recovery", "--defect", "unfenced-completion"], "--defect: scenario"),
         (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "3/2"], "--shard"),
         (vec!["fuzz", "--scenario", "swarm", "--seeds", "3", "--shard", "0/2"], "--shard"),
+        // An empty shard would pass green having run nothing.
+        (vec!["fuzz", "--scenario", "swarm", "--seeds", "2", "--shard", "4/4"], "--shard 4/4: none of the 2 seeds"),
         (vec!["fuzz", "--scenario", "swarm", "--time", "5 minutes"], "--time"),
         (vec!["fuzz", "--scenario", "swarm", "--time", "0s"], "--time"),
         (vec!["fuzz", "--scenario", "swarm"], "--seeds or --time"),

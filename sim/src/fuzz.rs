@@ -183,6 +183,14 @@ pub struct Summary {
     /// way print the same digest, whatever their `--jobs`.
     #[serde(default)]
     pub trace_digest: String,
+    /// Runs (seed x scenario) completed: what `seeds` has always counted,
+    /// under its right name.
+    #[serde(default)]
+    pub runs: u64,
+    /// Stopped by Ctrl-C or SIGTERM before its seeds or its time ran out:
+    /// the summary covers the runs done (`cargo sim fuzz`).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// What a finished run reports to whoever watches the campaign.

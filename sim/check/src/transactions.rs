@@ -370,8 +370,12 @@ mod tests {
     /// after the expiry, and is answered "not valid".
     fn told_expired() -> H {
         let h = H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::WorkflowTask).at(10);
-        let h = h.grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1)).at(3_000);
-        let h = sent(h.finished(1, 1, o(1, 1), false).at(3_090), 1, Some(1), TxnSend::Statement);
+        let h = h.grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1));
+        // Cut off across the renewal margin: why its lease ran out (a
+        // worker that could reach the store owed a renewal while it
+        // worked: keepalive's).
+        let h = h.at(1_900).partitioned(1).at(3_000).finished(1, 1, o(1, 1), false).at(3_050).rejoined(1);
+        let h = sent(h.at(3_090), 1, Some(1), TxnSend::Statement);
         h.at(3_100).in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), false)
     }
 

@@ -173,6 +173,7 @@ pub fn run(args: FuzzArgs, engines: &crate::Engines) -> Result<i32, String> {
         stop: &stop,
         started: Instant::now(),
         deadline: campaign.deadline,
+        last_line: Instant::now(),
     };
     let summary = if args.guided {
         let (mut summary, stats) = guided::run(&campaign, &stop, |p| reporter.progress(p));
@@ -181,6 +182,9 @@ pub fn run(args: FuzzArgs, engines: &crate::Engines) -> Result<i32, String> {
     } else {
         fuzz::run(&campaign, &stop, |p| reporter.progress(p))
     };
+    let mut summary = summary;
+    summary.runs = summary.seeds;
+    summary.interrupted = interrupted.load(Ordering::SeqCst);
     reporter.finish(&summary);
     if let Some(e) = &reporter.save_error {
         // Every failure is in the summary above with its replay line; say
@@ -234,11 +238,22 @@ fn campaign(args: &FuzzArgs, engines: &crate::Engines) -> Result<Campaign, Strin
         None => None,
     };
     let (shard_k, shard_n) = args.shard.unwrap_or((1, 1));
+    let seeds = SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n };
+    if seeds.count() == Some(0) {
+        // A shard with nothing to run would pass green having judged nothing.
+        return Err(format!(
+            "--shard {shard_k}/{shard_n}: none of the {} seeds from {} falls in this shard (it takes the seeds whose \
+             remainder mod {shard_n} is {}); give more --seeds",
+            args.seeds.unwrap_or(0),
+            args.seed_start,
+            shard_k - 1
+        ));
+    }
     let targets = targets(&args.scenario, engines)?;
     super::common::check_defects(&targets, &args.defects.set())?;
     Ok(Campaign {
         targets,
-        seeds: SeedSpace { start: args.seed_start, end: seed_end, shard_k, shard_n },
+        seeds,
         deadline: args.time.map(|t| Instant::now() + t),
         jobs: jobs(args.jobs)?,
         plan: args.faults.plan(),
@@ -281,16 +296,42 @@ struct Reporter<'a> {
     stop: &'a AtomicBool,
     started: Instant,
     deadline: Option<Instant>,
+    /// When the last progress line was printed (no bar: a log).
+    last_line: Instant,
 }
 
+/// Off a terminal (a CI log), a progress line this often: a long shard is
+/// never silent for longer. Wall-clock time decides only what is printed,
+/// never what runs.
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(30);
+
 impl Reporter<'_> {
+    /// A line for whoever watches: on the bar, or on stdout, or (under
+    /// `--json`, whose stdout is the summary alone) on stderr.
     fn line(&self, line: String, stdout: bool) {
         match &self.bar {
             Some(bar) => bar.println(line),
             None if stdout && !self.json => println!("{line}"),
-            None if !stdout => eprintln!("{line}"),
-            None => {}
+            None => eprintln!("{line}"),
         }
+    }
+
+    /// Without a bar, a line every `PROGRESS_LINE_EVERY`: runs done (of
+    /// how many), failures, rate, time.
+    fn progress_line(&mut self, p: &Progress<'_>) {
+        if self.bar.is_some() || self.last_line.elapsed() < PROGRESS_LINE_EVERY {
+            return;
+        }
+        self.last_line = Instant::now();
+        let elapsed = self.started.elapsed().as_secs_f64().max(1e-3);
+        let of = p.total.map(|t| format!(" of {t}")).unwrap_or_default();
+        eprintln!(
+            "progress: {}{of} runs, {} failures, {:.0} runs/s, {:.0} s",
+            p.done,
+            p.failures,
+            p.done as f64 / elapsed,
+            elapsed
+        );
     }
 
     fn progress(&mut self, p: Progress<'_>) {
@@ -312,6 +353,7 @@ impl Reporter<'_> {
                 }
             }
         }
+        self.progress_line(&p);
         if let Some(bar) = &self.bar {
             bar.set_position(p.done);
             let rate = p.done as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
