@@ -237,3 +237,30 @@ fn output_paths_are_never_replaced() {
     assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A campaign stopped by SIGTERM (a CI runner's timeout) keeps its summary
+/// and says in it that it was interrupted.
+#[test]
+fn an_interrupted_campaign_says_so_in_its_json() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasesim"))
+        .args(["fuzz", "--scenario", "swarm", "--time", "10m", "--jobs", "1", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run leasesim");
+    // Its header (on stderr under --json) says the campaign has begun.
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut header = String::new();
+    stderr.read_line(&mut header).expect("read the header");
+    assert!(header.starts_with("seeds:"), "not a campaign header: {header}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: a signal to our own child, whose pid is still ours to signal.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0, "kill");
+    let out = child.wait_with_output().expect("wait");
+    let code = out.status.code();
+    assert!(matches!(code, Some(130) | Some(1)), "exit {code:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON summary");
+    assert_eq!(summary["interrupted"], serde_json::Value::Bool(true), "{summary}");
+    assert_eq!(summary["runs"], summary["seeds"], "runs is what seeds counts");
+}
