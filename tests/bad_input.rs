@@ -279,6 +279,16 @@ fn output_into_a_closed_pipe_is_no_panic() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "not ended by SIGPIPE: {:?} {err}", out.status);
 }
 
+/// Usage lines say what the user types: `cargo sim VERB`.
+#[test]
+fn usage_lines_say_cargo_sim() {
+    for verb in ["run", "fuzz", "replay", "shrink", "bench", "list"] {
+        let (code, out, err) = leasesim(&[verb, "--help"]);
+        assert_eq!(code, 0, "{verb} --help: {err}");
+        assert!(out.contains(&format!("Usage: cargo sim {verb}")), "{verb} --help: {out}");
+    }
+}
+
 fn leasesim(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leasesim")).args(args).output().expect("run leasesim");
     (

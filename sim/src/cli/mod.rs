@@ -120,7 +120,9 @@ fn command(engines: &crate::Engines) -> clap::Command {
 /// Parses the command line and runs the verb with the engines this crate
 /// ships with; returns the exit code.
 pub fn main() -> i32 {
-    main_with(crate::engines())
+    // Usage lines say what the user types (`cargo sim run ...`), not the
+    // binary's file name.
+    run_cli(crate::engines(), Some("cargo sim"))
 }
 
 /// The whole CLI (`run`, `fuzz`, `replay`, `shrink`, `bench`, `list`, and
@@ -135,9 +137,18 @@ pub fn main() -> i32 {
 /// ```
 /// (the README's recipe, built and run by `tests/outside_crate.rs`)
 pub fn main_with(engines: crate::Engines) -> i32 {
+    run_cli(engines, None)
+}
+
+/// The CLI, its usage lines naming `bin_name` (else the executable).
+fn run_cli(engines: crate::Engines, bin_name: Option<&'static str>) -> i32 {
     quiet_resource_limits();
     quiet_closed_pipe();
-    let cli = match command(&engines).try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+    let command = match bin_name {
+        Some(name) => command(&engines).bin_name(name),
+        None => command(&engines),
+    };
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and errors to stderr (exit 2).
