@@ -248,40 +248,64 @@ pub fn time_to_cover(
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
+    /// What `--scenario` said: one scenario, or a group (`all`,
+    /// `graphile-all`) whose every scenario runs each seed.
     pub scenario: String,
+    /// The scenarios run (one for a single scenario).
+    #[serde(default)]
+    pub scenarios: Vec<String>,
     pub jobs: usize,
     pub seeds: u64,
     pub repeats: usize,
-    /// Seeds per second of each repeat, and their median.
+    /// Runs (seeds x scenarios) per second of each repeat, and their median.
+    /// Named "seeds" as it always was: for one scenario the two agree.
     pub seeds_per_second: Vec<f64>,
     pub median_seeds_per_second: f64,
     pub median_events_per_second: f64,
     /// Simulated seconds per wall-clock second of each repeat.
     #[serde(default)]
     pub sim_seconds_per_wall_second: Vec<f64>,
+    #[serde(default)]
+    pub median_sim_seconds_per_wall_second: f64,
+    /// Recorded events per run (the same every repeat: the runs are).
+    #[serde(default)]
+    pub events_per_run: f64,
+    /// Wall-clock microseconds per recorded event (at `jobs` jobs: per
+    /// event of the whole machine), the cost of a world's events whatever
+    /// the engine.
+    #[serde(default)]
+    pub median_us_per_event: f64,
 }
 
-/// Runs `seeds` seeds `repeats` times with `jobs` jobs; medians of the rates.
-pub fn throughput(target: &Target, seeds: u64, repeats: usize, jobs: usize) -> Throughput {
-    let mut rates = Vec::new();
-    let mut event_rates = Vec::new();
-    let mut sim_rates = Vec::new();
+/// Runs `seeds` seeds of every scenario of `targets` (one campaign, as
+/// `fuzz --scenario` runs them) `repeats` times with `jobs` jobs; medians
+/// of the rates.
+pub fn throughput(arg: &str, targets: &[Target], seeds: u64, repeats: usize, jobs: usize) -> Throughput {
+    let (mut rates, mut event_rates, mut sim_rates) = (Vec::new(), Vec::new(), Vec::new());
+    let mut events_per_run = 0.0;
     for _ in 0..repeats {
-        let campaign = campaign(std::slice::from_ref(target), 1, seeds, jobs, Vec::new());
+        let campaign = campaign(targets, 1, seeds, jobs, Vec::new());
         let s = fuzz::run(&campaign, &AtomicBool::new(false), |_| {});
         rates.push(s.seeds_per_second);
         event_rates.push(s.events_per_second);
         sim_rates.push(s.sim_seconds / s.wall_seconds.max(1e-9));
+        // `seeds` counts runs (seed x scenario).
+        events_per_run = s.events as f64 / s.seeds.max(1) as f64;
     }
+    let median_events_per_second = median(&event_rates);
     Throughput {
-        scenario: target.arg.clone(),
+        scenario: arg.to_string(),
+        scenarios: targets.iter().map(|t| t.scenario.name.clone()).collect(),
         jobs,
         seeds,
         repeats,
         median_seeds_per_second: median(&rates),
-        median_events_per_second: median(&event_rates),
+        median_events_per_second,
         seeds_per_second: rates,
+        median_sim_seconds_per_wall_second: median(&sim_rates),
         sim_seconds_per_wall_second: sim_rates,
+        events_per_run,
+        median_us_per_event: 1e6 / median_events_per_second.max(f64::MIN_POSITIVE),
     }
 }
 

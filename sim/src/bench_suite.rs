@@ -118,8 +118,14 @@ pub fn run(targets: &[Target], swarm: &Target, config: &SuiteConfig, say: &mut d
     let mut phases = Vec::new();
     for target in targets {
         say(&format!("throughput and phases: {}", target.arg));
-        throughput.push(bench::throughput(target, config.seeds, config.repeats, 1));
-        throughput.push(bench::throughput(target, config.seeds, config.repeats, config.jobs));
+        throughput.push(bench::throughput(&target.arg, std::slice::from_ref(target), config.seeds, config.repeats, 1));
+        throughput.push(bench::throughput(
+            &target.arg,
+            std::slice::from_ref(target),
+            config.seeds,
+            config.repeats,
+            config.jobs,
+        ));
         phases.push(phases_of(target, config.phase_seeds));
     }
     say("scaling");

@@ -7,7 +7,8 @@ use leasesim::defects::Defect;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to measure: `throughput` (seeds/s, 1 job and N jobs), `find`
+    /// What to measure: `throughput` (runs/s, simulated seconds/s, events/s
+    /// and the cost per event, at 1 job and N jobs), `find`
     /// (seeds needed to find each defect) or `coverage` (runs needed to first
     /// reach the rarest coverage points, plain against guided) or `suite`
     /// (all of speed, phases, memory, scaling and time to find, as one table
@@ -19,7 +20,9 @@ pub struct BenchArgs {
     /// printed first so it replays). Example: bench suite
     #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare", "judge", "false-alarms"])]
     pub what: String,
-    /// Throughput: the scenario. Example: --scenario swarm
+    /// Throughput, judge and compare: a scenario, or (throughput and
+    /// compare) a group that runs every scenario of it per seed: `all` (the
+    /// built-in engine's), `graphile-all`, `apalis-all`. Example: --scenario graphile-all
     #[arg(long, default_value = "swarm")]
     pub scenario: String,
     /// Throughput: seeds per repeat (default 400; suite 100). Example: --seeds 400
@@ -188,27 +191,31 @@ fn append_line(path: &std::path::Path, line: &str) -> Result<(), String> {
     writeln!(f, "{line}").and_then(|_| f.sync_all()).map_err(|e| format!("--out {}: cannot write: {e}", path.display()))
 }
 
-/// Seeds/s at 1 job and at `jobs` jobs.
+/// Runs/s at 1 job and at `jobs` jobs, of one scenario or of a whole group
+/// (`all`, `graphile-all`, `apalis-all`: every scenario runs each seed).
 fn throughput(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     let (seeds, repeats) = (args.seeds.unwrap_or(400), args.repeats.unwrap_or(5));
-    let target = targets(&args.scenario, e)?.remove(0);
-    let one = bench::throughput(&target, seeds, repeats, 1);
-    let many = bench::throughput(&target, seeds, repeats, jobs);
+    let targets = targets(&args.scenario, e)?;
+    let one = bench::throughput(&args.scenario, &targets, seeds, repeats, 1);
+    let many = bench::throughput(&args.scenario, &targets, seeds, repeats, jobs);
     if args.json {
         println!("{}", serde_json::to_string(&one).expect("serializes"));
         println!("{}", serde_json::to_string(&many).expect("serializes"));
         return Ok(0);
     }
+    println!("{}: {} ({} runs of each repeat)", args.scenario, one.scenarios.join(", "), seeds * targets.len() as u64);
+    println!("| jobs | median runs/s | simulated s per s | events/s | events per run | us per event | runs/s of each repeat |");
+    println!("|---|---|---|---|---|---|---|");
     for t in [&one, &many] {
         let runs: Vec<String> = t.seeds_per_second.iter().map(|r| format!("{r:.0}")).collect();
         println!(
-            "{}: {} jobs, {} seeds x {} repeats: median {:.1} seeds/s, {:.0} events/s (runs: {})",
-            t.scenario,
+            "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.2} | {} |",
             t.jobs,
-            t.seeds,
-            t.repeats,
             t.median_seeds_per_second,
+            t.median_sim_seconds_per_wall_second,
             t.median_events_per_second,
+            t.events_per_run,
+            t.median_us_per_event,
             runs.join(", ")
         );
     }

@@ -44,6 +44,14 @@ impl Keys {
         }
     }
 
+    /// Whether the harness's rows are read from `key` (see the seam's
+    /// `rows`): the job data, the queue's lists and sets, any in-flight set.
+    pub fn holds_rows(&self, key: &[u8]) -> bool {
+        let Ok(key) = std::str::from_utf8(key) else { return false };
+        let sets = [&self.data, &self.meta, &self.active, &self.scheduled, &self.done, &self.dead, &self.failed];
+        sets.iter().any(|k| k.as_str() == key) || self.inflight_of(key).is_some()
+    }
+
     /// The worker whose in-flight set `key` is.
     fn inflight_of<'a>(&self, key: &'a str) -> Option<&'a str> {
         key.strip_prefix(self.inflight.as_str())?.strip_prefix(':')

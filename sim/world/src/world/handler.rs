@@ -9,6 +9,7 @@
 //! ended; every completion callback the application receives is recorded.
 
 use super::injector::{upto, Injector};
+use super::quiet::Open;
 use crate::faults::FaultKind;
 use crate::history::Recorder;
 use crate::scenario::Workload;
@@ -17,6 +18,7 @@ use leasesim_vocab::ids::{Fence, Owner};
 use leasesim_vocab::task::{TaskError, TaskKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,11 +30,20 @@ pub struct SimHandler {
     rec: Recorder,
     /// The process incarnation this handler runs in.
     on: Owner,
+    /// Where the world counts bodies still running (the quiet end waits
+    /// for them); `None` for a handler outside a world.
+    open: Option<Arc<Open>>,
 }
 
 impl SimHandler {
     pub fn new(seed: u64, workload: Arc<Workload>, faults: Arc<Injector>, rec: Recorder, on: Owner) -> Self {
-        SimHandler { seed, workload, faults, rec, on }
+        SimHandler { seed, workload, faults, rec, on, open: None }
+    }
+
+    /// Counts this handler's running bodies in `open`.
+    pub fn counting(mut self, open: Arc<Open>) -> Self {
+        self.open = Some(open);
+        self
     }
 
     /// The body's behaviour for one attempt: (work time, error).
@@ -70,6 +81,9 @@ struct Running<'a> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
+        if let Some(open) = &self.handler.open {
+            open.bodies.fetch_sub(1, Ordering::Relaxed);
+        }
         // Outside the simulation (a runtime being torn down) there is no
         // simulated time to stamp the record with, and nobody to read it.
         if !self.done && madsim::time::TimeHandle::try_current().is_some() {
@@ -84,6 +98,9 @@ impl SimHandler {
     pub async fn run(&self, fence: Fence, kind: TaskKind) -> Result<(), TaskError> {
         let on = self.on;
         self.rec.fact(Fact::BodyStarted { fence, kind, on });
+        if let Some(open) = &self.open {
+            open.bodies.fetch_add(1, Ordering::Relaxed);
+        }
         let mut running = Running { handler: self, fence, done: false };
         let result = self.body(fence, kind).await;
         running.done = true;

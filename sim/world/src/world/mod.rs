@@ -33,7 +33,7 @@ use link::Link;
 use madsim::runtime::Handle;
 use sim_clock::{SimClock, SimTime};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store_node::StoreNode;
@@ -118,8 +118,8 @@ struct Parts<E: EngineUnderTest> {
     control: Arc<Controller>,
     to_store: mpsc::UnboundedSender<link::Envelope<E>>,
     shared: E::Shared,
-    /// Client calls not answered yet, planned ones included (the quiet end).
-    calls_open: Arc<AtomicUsize>,
+    /// Client calls and bodies not ended yet (the quiet end).
+    open: Arc<quiet::Open>,
 }
 
 /// Runs the world for one seed. Must be called inside a madsim runtime whose
@@ -145,7 +145,7 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     });
     let (to_store, inbox) = mpsc::unbounded_channel();
     let inbox = Arc::new(std::sync::Mutex::new(Some(inbox)));
-    let calls_open = quiet::calls_open(spec.workload.calls.len());
+    let open = quiet::Open::new(spec.workload.calls.len());
     let store_for_node = store.clone();
     let store_node = handle
         .create_node()
@@ -168,18 +168,8 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
         })
         .build();
 
-    let parts = Parts {
-        engine,
-        spec,
-        seed,
-        origin,
-        rec: rec.clone(),
-        faults: faults.clone(),
-        control,
-        to_store,
-        shared,
-        calls_open,
-    };
+    let parts =
+        Parts { engine, spec, seed, origin, rec: rec.clone(), faults: faults.clone(), control, to_store, shared, open };
     for proc in 1..=scenario.topology.workers {
         let offset_ms = clock_offset(&parts.spec.plan, proc);
         if offset_ms != 0 {
@@ -201,7 +191,7 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
     control.heal();
     store.restart_now();
     let phases = &scenario.phases;
-    quiet::liveness_phase::<E>(&seam, phases.heal_phase_ms, phases.quiet_end_ms, &parts.calls_open).await;
+    quiet::liveness_phase::<E>(&seam, phases.heal_phase_ms, phases.quiet_end_ms, &parts.open).await;
     rec.world(WorldEvent::End);
     let end_ms = rec.now_ms();
 
@@ -312,8 +302,8 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
     let peers: Vec<ProcId> = (1..=p.spec.scenario.topology.workers).filter(|&q| q != proc).collect();
     let (engine, scenario, seed, origin) = (p.engine.clone(), p.spec.scenario.clone(), p.seed, p.origin.clone());
     let (rec, faults, control, to_store) = (p.rec.clone(), p.faults.clone(), p.control.clone(), p.to_store.clone());
-    let (shared, counter, workload) =
-        (p.shared.clone(), incarnation.clone(), Arc::new(p.spec.scenario.workload.clone()));
+    let (shared, counter, workload, open) =
+        (p.shared.clone(), incarnation.clone(), Arc::new(p.spec.scenario.workload.clone()), p.open.clone());
     let node = handle
         .create_node()
         .name(format!("worker-{proc}"))
@@ -326,7 +316,8 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
                 owner,
                 link: Link::new(to_store.clone(), control.clone(), Sender::Worker(owner), Some(proc)),
                 clock: Arc::new(SimClock::new(origin.clone(), offset_ms)),
-                body: SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner),
+                body: SimHandler::new(seed, workload.clone(), faults.clone(), rec.clone(), owner)
+                    .counting(open.clone()),
                 rec: rec.clone(),
                 faults: faults.clone(),
                 scenario: scenario.clone(),
@@ -356,16 +347,16 @@ fn spawn_client<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>) -> madsim::ta
     let (engine, scenario, workload, rec) =
         (p.engine.clone(), p.spec.scenario.clone(), p.spec.workload.clone(), p.rec.clone());
     let (control, to_store, shared) = (p.control.clone(), p.to_store.clone(), p.shared.clone());
-    let calls_open = p.calls_open.clone();
+    let open = p.open.clone();
     let node = handle
         .create_node()
         .name("client")
         .ip(net::client_ip())
         .init(move || {
             let link = Link::new(to_store.clone(), control.clone(), Sender::Client(0), None);
-            let (engine, scenario, workload, rec, calls_open) =
-                (engine.clone(), scenario.clone(), workload.clone(), rec.clone(), calls_open.clone());
-            let c = ClientParts { engine, scenario, workload, rec, link, calls_open };
+            let (engine, scenario, workload, rec, open) =
+                (engine.clone(), scenario.clone(), workload.clone(), rec.clone(), open.clone());
+            let c = ClientParts { engine, scenario, workload, rec, link, open };
             run_client(c, shared.clone())
         })
         .build();
@@ -378,7 +369,7 @@ struct ClientParts<E: EngineUnderTest> {
     workload: Arc<Drawn>,
     rec: Recorder,
     link: Link<E>,
-    calls_open: Arc<AtomicUsize>,
+    open: Arc<quiet::Open>,
 }
 
 async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
@@ -407,12 +398,12 @@ async fn run_client<E: EngineUnderTest>(c: ClientParts<E>, shared: E::Shared) {
             shared: shared.clone(),
         };
         let answer = c.engine.client_call(world, action.clone());
-        let (rec, calls_open) = (c.rec.clone(), c.calls_open.clone());
+        let (rec, open) = (c.rec.clone(), c.open.clone());
         // Each action runs on its own: a slow query must not delay enqueues.
         tokio::spawn(async move {
             let answer = answer.await;
             rec.fact(Fact::ClientAnswered { call, answer });
-            calls_open.fetch_sub(1, Ordering::Relaxed);
+            open.calls.fetch_sub(1, Ordering::Relaxed);
         });
     }
     std::future::pending::<()>().await;

@@ -15,8 +15,14 @@
 //! "Settled" is said in the harness's words, from the store as the harness
 //! reads it (`StoreSeam::last_look`), never from the engine's word: a world
 //! that still owes anything (a task not done, a stage not created, a built
-//! index not materialized, a client call unanswered) runs the whole phase,
-//! so a liveness failure is judged exactly as before.
+//! index not materialized, a client call unanswered, a task body still
+//! running) runs the whole phase, so a liveness failure is judged exactly
+//! as before. Nothing here is one engine's notion: every engine's store is
+//! read through the same `last_look`, so any engine's world ends early.
+//!
+//! A body still running is owed too: the engine has not yet said what
+//! became of it, and what it says (a late, stale outcome) is exactly what
+//! the safety checkers exist to judge.
 
 use crate::engine::{EngineUnderTest, LastLook, StoreSeam};
 use leasesim_vocab::task::{TaskKind, TaskState};
@@ -25,14 +31,33 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What the world still waits for outside the store, counted as it
+/// happens at the harness's own seams.
+#[derive(Debug, Default)]
+pub struct Open {
+    /// Client calls not answered yet, planned ones included.
+    pub calls: AtomicUsize,
+    /// Task bodies started and not yet returned or dropped.
+    pub bodies: AtomicUsize,
+}
+
+impl Open {
+    pub fn new(planned_calls: usize) -> Arc<Open> {
+        Arc::new(Open { calls: AtomicUsize::new(planned_calls), bodies: AtomicUsize::new(0) })
+    }
+
+    fn any(&self) -> bool {
+        self.calls.load(Ordering::Relaxed) > 0 || self.bodies.load(Ordering::Relaxed) > 0
+    }
+}
+
 /// Runs the liveness phase of `heal_phase_ms`, ending it early when the
-/// world is quiet (`quiet_end_ms`); `calls_open` counts client calls not
-/// yet answered (planned ones included).
+/// world is quiet (`quiet_end_ms`) and nothing is [`Open`].
 pub async fn liveness_phase<E: EngineUnderTest>(
     seam: &E::Store,
     heal_phase_ms: u64,
     quiet_end_ms: Option<u64>,
-    calls_open: &AtomicUsize,
+    open: &Open,
 ) {
     let Some(quiet_ms) = quiet_end_ms.filter(|&q| q > 0 && q < heal_phase_ms) else {
         tokio::time::sleep(Duration::from_millis(heal_phase_ms)).await;
@@ -50,7 +75,7 @@ pub async fn liveness_phase<E: EngineUnderTest>(
         tokio::time::sleep(Duration::from_millis(step_ms)).await;
         waited_ms += step_ms;
         let look = seam.last_look();
-        if calls_open.load(Ordering::Relaxed) > 0 || !settled(&look) {
+        if open.any() || !settled(&look) {
             quiet = None;
             continue;
         }
@@ -67,11 +92,6 @@ pub async fn liveness_phase<E: EngineUnderTest>(
 
 /// Looks at the store per quiet period.
 const LOOKS_PER_PERIOD: u64 = 4;
-
-/// A shared count of the client calls of a run not answered yet.
-pub fn calls_open(planned: usize) -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(planned))
-}
 
 /// Does the store owe nothing more? Every task done or dead, every stage
 /// done (or its task dead: that pipeline ends there), every index whose

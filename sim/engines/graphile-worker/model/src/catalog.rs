@@ -187,29 +187,82 @@ pub fn normalize(sql: &str) -> String {
     sql.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// What a statement text is to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Text {
+    Begin,
+    Commit,
+    Rollback,
+    Stmt(Stmt),
+    Unknown,
+}
+
+/// At most this many distinct texts are remembered: graphile sends a fixed
+/// set of a few dozen, so the bound only matters for a client that builds
+/// texts with values in them (those are classified afresh each time).
+const SEEN_MAX: usize = 4096;
+
 #[derive(Debug)]
 pub(crate) struct Catalog {
-    by_text: BTreeMap<String, Stmt>,
+    /// Shared by every catalog of one schema in the process: capturing the
+    /// texts runs graphile's builders, about 2% of a graphile world's cost
+    /// when every world did it again.
+    by_text: Arc<BTreeMap<String, Stmt>>,
+    /// Texts already classified, by their exact bytes. Collapsing the
+    /// whitespace of every statement (twice: the store and the seam both
+    /// ask) was a third of a graphile world's cost. Ordered, not hashed:
+    /// hashing a statement's whole text costs more than the few `memcmp`s
+    /// that tell the texts apart.
+    seen: Mutex<BTreeMap<String, Text>>,
 }
 
 impl Catalog {
     pub(crate) fn capture(schema: &str) -> Catalog {
-        let mut catalog = Catalog { by_text: BTreeMap::new() };
-        for (stmt, sql) in captured_statements(&Schema::new(schema)) {
-            catalog.add(stmt, &sql);
-        }
-        catalog
+        static CAPTURED: Mutex<BTreeMap<String, Arc<BTreeMap<String, Stmt>>>> = Mutex::new(BTreeMap::new());
+        let by_text = CAPTURED
+            .lock()
+            .expect("captured catalogs")
+            .entry(schema.to_string())
+            .or_insert_with(|| Arc::new(Self::texts_of(schema)))
+            .clone();
+        Catalog { by_text, seen: Mutex::new(BTreeMap::new()) }
     }
 
-    fn add(&mut self, stmt: Stmt, sql: &str) {
-        let text = normalize(sql);
-        if let Some(old) = self.by_text.insert(text.clone(), stmt) {
-            assert_eq!(old, stmt, "two statements share one text: {text}");
+    /// Every statement graphile's builders send for `schema`, by its text.
+    fn texts_of(schema: &str) -> BTreeMap<String, Stmt> {
+        let mut by_text = BTreeMap::new();
+        for (stmt, sql) in captured_statements(&Schema::new(schema)) {
+            let text = normalize(&sql);
+            if let Some(old) = by_text.insert(text.clone(), stmt) {
+                assert_eq!(old, stmt, "two statements share one text: {text}");
+            }
         }
+        by_text
     }
 
     pub(crate) fn recognize(&self, normalized: &str) -> Option<Stmt> {
         self.by_text.get(normalized).copied()
+    }
+
+    /// What `sql` is: a transaction control word (BEGIN, COMMIT, ROLLBACK
+    /// and their synonyms, as graphile's drivers may send them as
+    /// statements), a known statement, or neither.
+    pub(crate) fn classify(&self, sql: &str) -> Text {
+        if let Some(text) = self.seen.lock().expect("seen").get(sql) {
+            return *text;
+        }
+        let normalized = normalize(sql);
+        let text = match normalized.trim_end_matches(';').to_ascii_lowercase().as_str() {
+            "begin" | "start transaction" => Text::Begin,
+            "commit" | "end" => Text::Commit,
+            "rollback" | "abort" => Text::Rollback,
+            _ => self.recognize(&normalized).map_or(Text::Unknown, Text::Stmt),
+        };
+        let mut seen = self.seen.lock().expect("seen");
+        if seen.len() < SEEN_MAX {
+            seen.insert(sql.to_owned(), text);
+        }
+        text
     }
 
     /// Every recognized text with its kind (for documentation and tests).

@@ -180,34 +180,24 @@ impl Db {
     /// statement; inside a transaction `now()` is the transaction's start.
     pub fn execute(&mut self, session: SessionId, sql: &str, params: &DbParams, now: DateTime<Utc>) -> Exec {
         let now = time::bound(now);
-        let normalized = catalog::normalize(sql);
-        if let Some(exec) = self.transaction_control(session, &normalized, now) {
-            return exec;
-        }
-        let Some(stmt) = self.catalog.recognize(&normalized) else {
-            let error =
-                self.refuse(session, format!("statement not modelled by leasesim's graphile model: {normalized}"));
-            return Exec::Done(Err(error));
+        let stmt = match self.catalog.classify(sql) {
+            catalog::Text::Stmt(stmt) => stmt,
+            catalog::Text::Begin => return Exec::Done(self.begin(session, now).map(|()| Output::Affected(0))),
+            catalog::Text::Commit => return Exec::Done(self.commit(session).map(|()| Output::Affected(0))),
+            catalog::Text::Rollback => {
+                self.rollback(session);
+                return Exec::Done(Ok(Output::Affected(0)));
+            }
+            catalog::Text::Unknown => {
+                let normalized = catalog::normalize(sql);
+                let message = format!("statement not modelled by leasesim's graphile model: {normalized}");
+                return Exec::Done(Err(self.refuse(session, message)));
+            }
         };
         if self.sessions.get(&session).is_some_and(|s| s.aborted) {
             return Exec::Done(Err(aborted_error()));
         }
         self.run(session, stmt, params, now)
-    }
-
-    /// BEGIN, COMMIT and ROLLBACK sent as statements (graphile's drivers send
-    /// them with `batch_execute`; the harness may route them here too).
-    fn transaction_control(&mut self, session: SessionId, normalized: &str, now: Ts) -> Option<Exec> {
-        let word = normalized.trim_end_matches(';').to_ascii_lowercase();
-        match word.as_str() {
-            "begin" | "start transaction" => {
-                return Some(Exec::Done(self.begin(session, now).map(|()| Output::Affected(0))))
-            }
-            "commit" | "end" => return Some(Exec::Done(self.commit(session).map(|()| Output::Affected(0)))),
-            "rollback" | "abort" => self.rollback(session),
-            _ => return None,
-        }
-        Some(Exec::Done(Ok(Output::Affected(0))))
     }
 
     /// Records an unmodelled (or malformed) statement and answers 0A000; a
@@ -506,6 +496,10 @@ impl Db {
             state.aborted = false;
         }
         self.stop_waiting(session);
+        // Nothing is left of it: its entry goes, so the sessions a statement
+        // looks through are the live ones, not every autocommit statement
+        // the run has sent (a fresh session each).
+        self.sessions.remove(&session);
     }
 
     /// Whether the session is in a transaction block (open or failed).
@@ -565,7 +559,10 @@ impl Db {
 
     /// The kind of a statement text, if the model recognizes it.
     pub fn statement_kind(&self, sql: &str) -> Option<Stmt> {
-        self.catalog.recognize(&catalog::normalize(sql))
+        match self.catalog.classify(sql) {
+            catalog::Text::Stmt(stmt) => Some(stmt),
+            _ => None,
+        }
     }
 
     /// Every statement text the model recognizes (whitespace collapsed), with its kind.

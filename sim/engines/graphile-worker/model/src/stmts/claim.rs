@@ -66,16 +66,40 @@ fn flags_pass(claim: &Claim, shape: ClaimShape, job: &JobRow) -> bool {
     true
 }
 
+/// A candidate as a claim orders and filters it: copied out of its row, so
+/// that the rows themselves are copied only when taken (a claim runs every
+/// poll, and copying every candidate row was most of its cost).
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: i64,
+    job_queue_id: Option<i32>,
+    priority: i16,
+    run_at: Ts,
+}
+
+impl Candidate {
+    fn of(job: &JobRow) -> Candidate {
+        Candidate { id: job.id, job_queue_id: job.job_queue_id, priority: job.priority, run_at: job.run_at }
+    }
+
+    /// Its row as this statement sees it.
+    fn row(self, ctx: &Ctx) -> JobRow {
+        ctx.job(&self.id).cloned().expect("a candidate's row stays visible to its statement")
+    }
+}
+
 /// Jobs passing the claim's predicates other than the named-queue test, in
 /// the claim's order; ties on (priority, run_at) in heap order, as an index
 /// scan of `jobs_main_index` meets equal keys (by heap TID).
-fn candidates(ctx: &Ctx, claim: &Claim, shape: ClaimShape) -> Vec<JobRow> {
+fn candidates(ctx: &Ctx, claim: &Claim, shape: ClaimShape) -> Vec<Candidate> {
     let Some(now) = claim.now else { return Vec::new() };
-    let mut jobs: Vec<JobRow> = ctx
-        .all_jobs()
-        .into_iter()
+    let mut jobs: Vec<Candidate> = ctx
+        .job_ids()
+        .iter()
+        .filter_map(|key| ctx.job(key))
         .filter(|j| j.is_available() && j.run_at <= now && any_of(Some(&j.task_id), Some(&claim.task_ids)))
         .filter(|j| flags_pass(claim, shape, j))
+        .map(Candidate::of)
         .collect();
     jobs.sort_by_key(|j| (j.priority, j.run_at, ctx.place(&RowKey::Job(j.id))));
     jobs
@@ -83,7 +107,7 @@ fn candidates(ctx: &Ctx, claim: &Claim, shape: ClaimShape) -> Vec<JobRow> {
 
 /// The named-queue subquery: available queues not locked by another
 /// transaction, locked by this one. It runs only when a candidate has a queue.
-fn available_queues(ctx: &mut Ctx, candidates: &[JobRow]) -> BTreeSet<i32> {
+fn available_queues(ctx: &mut Ctx, candidates: &[Candidate]) -> BTreeSet<i32> {
     if candidates.iter().all(|j| j.job_queue_id.is_none()) {
         return BTreeSet::new();
     }
@@ -101,10 +125,10 @@ fn available_queues(ctx: &mut Ctx, candidates: &[JobRow]) -> BTreeSet<i32> {
 
 /// Candidates in claim order that pass the queue test and that no other
 /// transaction holds (SKIP LOCKED), honouring a preferred job among ties.
-fn claimable(ctx: &mut Ctx, claim: &Claim, shape: ClaimShape) -> Vec<JobRow> {
+fn claimable(ctx: &mut Ctx, claim: &Claim, shape: ClaimShape) -> Vec<Candidate> {
     let jobs = candidates(ctx, claim, shape);
     let queues = available_queues(ctx, &jobs);
-    let mut jobs: Vec<JobRow> = jobs
+    let mut jobs: Vec<Candidate> = jobs
         .into_iter()
         .filter(|j| j.job_queue_id.is_none_or(|q| queues.contains(&q)))
         .filter(|j| ctx.holder(&RowKey::Job(j.id)).is_none())
@@ -140,7 +164,7 @@ pub(crate) fn get_job(ctx: &mut Ctx, shape: ClaimShape, values: &[DbValue]) -> R
     ctx.lock_table_at_parse(Table::Jobs, TableLock::RowExclusive)?;
     ctx.lock_table_at_parse(Table::Queues, TableLock::RowExclusive)?;
     let first = claimable(ctx, &claim, shape).into_iter().next();
-    let claimed = first.map(|job| take(ctx, &claim, job)).transpose()?;
+    let claimed = first.map(|job| take(ctx, &claim, job.row(ctx))).transpose()?;
     Ok(claimed_rows(claimed.as_slice()))
 }
 
@@ -178,10 +202,12 @@ pub(crate) fn batch_get_jobs(ctx: &mut Ctx, shape: ClaimShape, values: &[DbValue
     let mut by_queue = locked.clone();
     by_queue.sort_by_key(|j| (j.job_queue_id.is_none(), j.job_queue_id, j.priority, j.run_at, j.id));
     let mut seen = BTreeSet::new();
-    let picked: Vec<JobRow> = by_queue.into_iter().filter(|j| j.job_queue_id.is_none_or(|q| seen.insert(q))).collect();
+    let picked: Vec<Candidate> =
+        by_queue.into_iter().filter(|j| j.job_queue_id.is_none_or(|q| seen.insert(q))).collect();
     let mut claimed = Vec::new();
     for job in picked {
-        claimed.push(take(ctx, &claim, job)?);
+        let row = job.row(ctx);
+        claimed.push(take(ctx, &claim, row)?);
     }
     claimed.sort_by_key(|j| j.id);
     Ok(claimed_rows(&claimed))
