@@ -512,7 +512,7 @@ impl Builder {
                 self.alive.insert(owner.proc, (*owner, now));
                 self.mark(now, MarkKind::Up(*owner));
             }
-            WorldEvent::ProcessKilled { owner } => {
+            WorldEvent::ProcessKilled { owner } | WorldEvent::ProcessExited { owner } => {
                 self.see(*owner);
                 self.kill(*owner, now);
                 self.mark(now, MarkKind::Killed(*owner));
