@@ -376,7 +376,7 @@ impl Run {
     /// When the incarnation `owner` was killed, if it was.
     fn killed(&self, owner: Owner) -> Option<u64> {
         self.world().find_map(|(at, w)| match w {
-            WorldEvent::ProcessKilled { owner: o } if *o == owner => Some(at),
+            w if w.gone() == Some(owner) => Some(at),
             _ => None,
         })
     }

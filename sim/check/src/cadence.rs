@@ -257,7 +257,10 @@ impl Checker for PassCadence {
     fn on_record(&mut self, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         let now = rec.at_ms;
         match &rec.entry {
-            Entry::World(WorldEvent::ProcessKilled { owner }) => self.stopped(now, *owner, ctx, out),
+            // Killed or exited: it runs no more passes.
+            Entry::World(WorldEvent::ProcessKilled { owner } | WorldEvent::ProcessExited { owner }) => {
+                self.stopped(now, *owner, ctx, out)
+            }
             Entry::World(WorldEvent::ClockOffset { proc, offset_ms }) => {
                 self.clock_moved_ms.insert(*proc, now);
                 // Set back further than the world's time, the clock reads

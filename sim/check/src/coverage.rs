@@ -269,14 +269,18 @@ impl Coverage {
         self.answers(now, rec, ctx);
         self.commits(now, rec, ctx);
         self.facts(now, rec, ctx);
-        if let Entry::World(WorldEvent::ProcessKilled { owner }) = &rec.entry {
-            if ctx.view.busy(*owner, now) > 0 {
+        // Killed or exited alike (`WorldEvent::gone`).
+        let gone = match &rec.entry {
+            Entry::World(w) => w.gone(),
+            _ => None,
+        };
+        if let Some(owner) = gone {
+            if ctx.view.busy(owner, now) > 0 {
                 self.hit(KILLED_RUNNING);
             }
             // Killed by the harness (a fault records itself first), or gone
-            // of its own accord.
-            let holds =
-                ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(*owner)));
+            // of its own accord (an exit, or a kill no fault announced).
+            let holds = ctx.view.leased.iter().any(|id| ctx.view.task(*id).is_some_and(|t| t.row.owner == Some(owner)));
             if holds && !self.killed_by_fault.remove(&owner.proc) {
                 self.hit(EXIT_HOLDING);
             }

@@ -167,6 +167,11 @@ impl OutcomeKept {
                 self.excuse_owner(*owner, "it was killed", None);
                 return;
             }
+            // Gone as a killed process is: excused alike.
+            Entry::World(WorldEvent::ProcessExited { owner }) => {
+                self.excuse_owner(*owner, "it exited", None);
+                return;
+            }
             _ => return,
         };
         if let Some((Sender::Worker(owner), op)) = request_of(req) {

@@ -17,7 +17,7 @@
 //! it was sent).
 
 use super::{fact, Checker, Ctx, NextDue, Violation};
-use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::Op;
 use leasesim_vocab::promise::Capabilities;
@@ -196,10 +196,12 @@ impl Checker for PermitLeak {
                 self.note_release(*owner, now);
                 self.held.remove(&(*owner, *task, *attempt));
             }
-            Entry::World(WorldEvent::ProcessKilled { owner }) => {
-                // Its permits vanish with it; no release will come.
-                self.held.retain(|(o, _, _), _| o != owner);
-                self.released.remove(owner);
+            // Its permits vanish with it (killed or exited); no release will come.
+            Entry::World(w) => {
+                if let Some(owner) = w.gone() {
+                    self.held.retain(|(o, _, _), _| *o != owner);
+                    self.released.remove(&owner);
+                }
             }
             _ => {}
         }

@@ -9,7 +9,7 @@
 
 use super::{fact, Checker, Ctx, Violation};
 use crate::Kinds;
-use leasesim_vocab::history::{Entry, Record, WorldEvent};
+use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::Owner;
 use leasesim_vocab::op::Op;
 use leasesim_vocab::promise::Capabilities;
@@ -106,9 +106,11 @@ impl SingleFlight {
                     );
                 }
             }
-            Entry::World(WorldEvent::ProcessKilled { owner }) => {
-                // Its passes vanish with it.
-                self.open.retain(|(o, _), _| o != owner);
+            // Its passes vanish with it (killed or exited).
+            Entry::World(w) => {
+                if let Some(owner) = w.gone() {
+                    self.open.retain(|(o, _), _| *o != owner);
+                }
             }
             _ => {}
         }

@@ -270,6 +270,9 @@ impl H {
     pub fn killed(self, owner: Owner) -> Self {
         self.world(WorldEvent::ProcessKilled { owner })
     }
+    pub fn exited(self, owner: Owner) -> Self {
+        self.world(WorldEvent::ProcessExited { owner })
+    }
     pub fn paused(self, proc: ProcId) -> Self {
         self.world(WorldEvent::ProcessPaused { proc })
     }

@@ -621,7 +621,8 @@ impl View {
                 self.owners.entry(*owner).or_default().up_ms.get_or_insert(now);
                 self.procs.entry(owner.proc).or_default();
             }
-            WorldEvent::ProcessKilled { owner } => {
+            // An exit ends an incarnation as a kill does.
+            WorldEvent::ProcessKilled { owner } | WorldEvent::ProcessExited { owner } => {
                 let o = self.owners.entry(*owner).or_default();
                 o.killed_ms.get_or_insert(now);
                 o.finalizing.clear();

@@ -49,6 +49,11 @@ pub struct PictureArgs {
     /// Example: --to 230s
     #[arg(long, value_name = "TIME", value_parser = parse_instant_ms, requires = "svg")]
     pub to: Option<u64>,
+    /// Draw the SVG timeline around the run's first violation: from a little
+    /// before the first grant of the task it names to a little after it (the
+    /// whole run when nothing was violated). Example: --svg run.svg --around-violation
+    #[arg(long, requires = "svg", conflicts_with_all = ["from", "to"])]
+    pub around_violation: bool,
 }
 
 /// A simulated instant: `215562ms`, `215s`, `3m`, or a bare number of ms.
@@ -99,11 +104,22 @@ impl PictureArgs {
             written.push(format!("trace: {} (open in https://ui.perfetto.dev)", path.display()));
         }
         if let Some(path) = &self.svg {
-            let window_ms = (self.from.is_some() || self.to.is_some())
-                .then(|| (self.from.unwrap_or(0), self.to.unwrap_or(u64::MAX)));
-            let svg = crate::export::svg_timeline_window(history, violations, title, window_ms)?;
+            let window_ms = if self.around_violation {
+                crate::export::around_first_violation(history, violations)
+            } else {
+                (self.from.is_some() || self.to.is_some())
+                    .then(|| (self.from.unwrap_or(0), self.to.unwrap_or(u64::MAX)))
+            };
+            let svg = crate::export::svg_timeline_window(history, violations, title, window_ms);
             crate::export::write_atomic(path, &svg).map_err(|e| format!("--svg: {e}"))?;
-            written.push(format!("timeline: {}", path.display()));
+            let window = match window_ms {
+                Some((from, to)) if self.around_violation => {
+                    format!(" (around the first violation: {from} ms to {to} ms)")
+                }
+                None if self.around_violation => " (no violation: the whole run)".to_string(),
+                _ => String::new(),
+            };
+            written.push(format!("timeline: {}{window}", path.display()));
         }
         Ok(written)
     }
@@ -248,7 +264,7 @@ pub fn print_pictures(outcome: &Outcome, written: &[String]) {
         println!("{line}");
     }
     if !outcome.violations.is_empty() && written.is_empty() {
-        println!("to see it: {} --svg run.svg --trace run.json", outcome.replay);
+        println!("to see it: {} --svg run.svg --around-violation --trace run.json", outcome.replay);
     }
 }
 

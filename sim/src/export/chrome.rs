@@ -6,9 +6,11 @@
 //! `client`. A worker's threads ("tid"): `lifecycle` (one span per
 //! incarnation, up/kill instants, violations), `paused`, then per
 //! incarnation one thread per kind of span and slot, e.g. `p1.2 leases`,
-//! `p1.2 leases #2`, `p1.2 permits`, `p1.2 execution`, `p1.2 outcome writes`,
-//! `p1.2 maintenance index`: spans on one thread never overlap, so every
-//! viewer draws them all. Timestamps are microseconds (`at_ms * 1000`).
+//! `p1.2 leases #2`, `p1.2 permits`, `p1.2 execution`, `p1.2 outcome writes`
+//! (a stale one coloured `terrible`), `p1.2 transactions`, `p1.2 other
+//! transactions` (outside any attempt), `p1.2 maintenance index`: spans on
+//! one thread never overlap, so every viewer draws them all. Timestamps are
+//! microseconds (`at_ms * 1000`).
 
 use super::{timeline, Cut, MarkKind, Span, SpanKind, Timeline};
 use crate::check::Violation;
@@ -44,20 +46,26 @@ fn maintenance_index(kind: MaintenanceKind) -> u64 {
     }
 }
 
-/// The first thread id of a span's group and the group's thread name.
+/// The first thread id of a span's group and the group's thread name. A
+/// group has `SLOTS` threads, so groups are 100 apart, and an incarnation's
+/// groups 10 000 apart: no two groups share a thread.
 fn group(span: &Span) -> (u64, String) {
     let inc = span.owner.map_or(0, |o| o.incarnation as u64);
     let who = span.owner.map_or(format!("p{}", span.proc), |o| o.to_string());
+    let base = |group: u64| inc * 10_000 + group * 100;
     match span.kind {
         SpanKind::Alive => (LIFECYCLE, "lifecycle".to_string()),
         SpanKind::Paused => (PAUSED, "paused".to_string()),
-        SpanKind::Lease => (inc * 1000 + 100, format!("{who} leases")),
-        SpanKind::Permit => (inc * 1000 + 200, format!("{who} permits")),
-        SpanKind::Execution => (inc * 1000 + 300, format!("{who} execution")),
-        SpanKind::Write => (inc * 1000 + 400, format!("{who} outcome writes")),
-        SpanKind::Transaction => (inc * 1000 + 450, format!("{who} transactions")),
+        SpanKind::Lease => (base(1), format!("{who} leases")),
+        SpanKind::Permit => (base(2), format!("{who} permits")),
+        SpanKind::Execution => (base(3), format!("{who} execution")),
+        SpanKind::Write => (base(4), format!("{who} outcome writes")),
+        SpanKind::Transaction if span.task.is_some() => (base(5), format!("{who} transactions")),
+        // Transactions outside any attempt (recovery passes, claims) on
+        // threads of their own.
+        SpanKind::Transaction => (base(6), format!("{who} other transactions")),
         SpanKind::Maintenance(kind) => {
-            (inc * 1000 + 500 + 100 * maintenance_index(kind), format!("{who} maintenance {}", kind.name()))
+            (base(7 + maintenance_index(kind)), format!("{who} maintenance {}", kind.name()))
         }
     }
 }
@@ -81,6 +89,8 @@ fn color(span: &Span) -> &'static str {
         (SpanKind::Lease, _) => "thread_state_running",
         (SpanKind::Permit, _) => "good",
         (SpanKind::Execution, _) => "rail_response",
+        // A stale write stands out: the harm is usually there.
+        (SpanKind::Write, _) if span.stale => "terrible",
         (SpanKind::Write, _) => "yellow",
         (SpanKind::Transaction, Cut::Normal) => "olive",
         (SpanKind::Transaction, _) => "bad",
@@ -256,6 +266,10 @@ fn marks(tl: &Timeline, out: &mut Out) {
                 let args = json!({"owner": owner.to_string()});
                 out.instant(Track::lifecycle(owner.proc), at, &format!("killed {owner}"), "process", args);
             }
+            MarkKind::Exited(owner) => {
+                let args = json!({"owner": owner.to_string()});
+                out.instant(Track::lifecycle(owner.proc), at, &format!("exited {owner}"), "process", args);
+            }
             MarkKind::Paused(proc) => {
                 let args = json!({"proc": format!("p{proc}")});
                 out.instant(Track::lifecycle(*proc), at, &format!("paused p{proc}"), "process", args);
@@ -361,7 +375,7 @@ mod tests {
         let zombie = one(&events, "X", "lease t7#1");
         assert_eq!((zombie["ts"].as_u64(), zombie["dur"].as_u64()), (Some(2_000_000), Some(5_000_000)));
         assert_eq!(zombie["pid"], pid_named(&events, "p2"));
-        assert_eq!(zombie["args"]["ended_by"], "released (expired)");
+        assert_eq!(zombie["args"]["ended_by"], "released by reclaim-expired from p1.1");
     }
 
     #[test]
@@ -373,7 +387,7 @@ mod tests {
         };
         assert_eq!(span("permit t12#2"), (1_000_000, 4_100_000));
         assert_eq!(span("exec t12#2"), (1_100_000, 2_900_000));
-        assert_eq!(span("write t12#2"), (4_000_000, 1_000_000));
+        assert_eq!(span("complete t12#2"), (4_000_000, 1_000_000));
         assert_eq!(span("permit t7#1"), (2_000_000, 1_000_000), "the kill ends p2.1's permit");
         assert_eq!(span("exec t7#1"), (2_050_000, 950_000));
         assert_eq!(span("maintenance index"), (600_000, 300_000));

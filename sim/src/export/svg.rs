@@ -1,26 +1,32 @@
 //! The run as a static, self-contained SVG timeline: readable in any browser
-//! or image viewer, without hovering (hovering a mark shows its details).
+//! or image viewer, without hovering (the legend names every mark; hovering
+//! one shows its details).
 //!
 //! Time runs along x (ticks in seconds, top and bottom). From the top:
-//! title, legend, a `run` band (heal, violations that name no process), then
-//! one lane each for the `world` (one row per fault kind, a triangle per
-//! injection), the `store` (one row per kind of commit, a tick per commit),
-//! every worker process (labels, maintenance rows, attempt rows) and the
-//! `client` (query results). Under the chart, every violation in words.
+//! title, legend, a `run` band (heal, violations that name no process or
+//! task), then one lane each for the `world` (one row per fault kind, a
+//! triangle per injection), the `store` (one row per kind of commit, a tick
+//! per commit), every worker process (labels, maintenance rows, a compact
+//! row of transactions outside any attempt, attempt rows) and the `client`
+//! (query results). Under the chart, every violation in words.
 //!
 //! A worker lane holds one row per attempt placed so that nothing overlaps:
 //! each (incarnation, task, attempt) takes the first row free at its start,
-//! and draws its lease as a thick bar labelled `t12#2`, with a thin strip
-//! under it: the permit held, the body executing and the outcome write
-//! pending. Deaths (killed until restarted) are hatched, pauses yellow,
-//! restarts dashed lines; violations are red lines labelled `V1 name`.
+//! and draws its lease (as the store committed it) as a thick bar labelled
+//! `t12#2`, with a thin strip under it: the permit held, the body running
+//! and the outcome write at the store (a stale one taller and red). A thin
+//! dashed line joins each attempt's lease to the task's next attempt's,
+//! across lanes. Deaths (killed or exited until restarted) are hatched,
+//! pauses yellow, restarts dashed lines, kills red, exits dotted purple;
+//! violations are red marks on the attempt row they name (labelled `V1
+//! name`), and that task's attempts are outlined in red.
 
 use super::{parse_process, timeline, Cut, MarkKind, Span, SpanKind, StoreMark, Timeline};
 use crate::check::Violation;
 use crate::history::Record;
 use leasesim_vocab::ids::{Owner, ProcId, TaskId};
 use leasesim_vocab::task::MaintenanceKind;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 const WIDTH: f64 = 1600.0;
@@ -33,6 +39,10 @@ const FONT: &str = "Helvetica, Arial, sans-serif";
 const LABEL_H: f64 = 11.0;
 const MAINT_H: f64 = 9.0;
 const ATTEMPT_H: f64 = 17.0;
+/// A compact row of transactions outside any attempt.
+const TXN_H: f64 = 6.0;
+/// At most this many such rows per lane (they are many and short).
+const MAX_TXN_ROWS: usize = 4;
 const TICK_H: f64 = 12.0;
 /// At most this many rows per allocation (more overlap shares the last rows).
 const MAX_ROWS: usize = 80;
@@ -47,6 +57,8 @@ const PASS: &str = "#9a9a9a";
 const PASS_CUT: &str = "#4d4d4d";
 const PAUSED: &str = "#f5d45e";
 const KILL: &str = "#8b0000";
+const EXIT: &str = "#6a3d9a";
+const STALE: &str = "#d62728";
 const HEAL: &str = "#2ca02c";
 const VIOLATION: &str = "#d62728";
 const INCARNATION: &str = "#555555";
@@ -108,7 +120,7 @@ fn span_text(s: &Span) -> String {
         secs(s.end_ms - s.start_ms),
         s.ended_by
     );
-    for key in ["kind", "outcome", "pass", "renewals", "lease_expiry_ms"] {
+    for key in ["kind", "outcome", "stale", "did", "pass", "renewals", "lease_expiry_ms"] {
         if let Some(v) = s.args.get(key).filter(|v| !v.is_null()) {
             let v = v.as_str().map_or(v.to_string(), str::to_string);
             let _ = write!(t, "\n{key}: {v}");
@@ -118,16 +130,27 @@ fn span_text(s: &Span) -> String {
 }
 
 /// Places intervals on the first row free at their start.
-#[derive(Default)]
 struct Rows {
     ends: Vec<f64>,
+    /// At most this many rows.
+    max: usize,
+}
+
+impl Default for Rows {
+    fn default() -> Self {
+        Rows::with_max(MAX_ROWS)
+    }
 }
 
 impl Rows {
+    fn with_max(max: usize) -> Rows {
+        Rows { ends: Vec::new(), max: max.max(1) }
+    }
+
     fn place(&mut self, x0: f64, x1: f64) -> usize {
         let row = match self.ends.iter().position(|end| *end <= x0) {
             Some(i) => i,
-            None if self.ends.len() < MAX_ROWS => {
+            None if self.ends.len() < self.max => {
                 self.ends.push(f64::MIN);
                 self.ends.len() - 1
             }
@@ -272,46 +295,91 @@ fn draw_labels(svg: &mut Svg, labels: &[Label], rows: &[usize], top: f64) {
 }
 
 /// The violations drawn in a worker's lane (those naming a process that has
-/// one), by process, and those of the whole run; each with its index.
+/// one, or a task whose attempts a lane holds), by process, and those of
+/// the whole run; each with its index.
 type ByLane<'a> = (BTreeMap<ProcId, Vec<(usize, &'a Violation)>>, Vec<(usize, &'a Violation)>);
 
 /// The run as a static SVG timeline.
 pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
-    svg_timeline_window(history, violations, title, None).expect("the whole run is a window")
+    svg_timeline_window(history, violations, title, None)
+}
+
+/// Seconds of context a window around a violation shows before the
+/// violating task's first grant and after the violation, at least.
+const AROUND_MIN_PAD_MS: u64 = 2_000;
+
+/// The window around the first violation (by time): from a little before
+/// the first grant of the task it names (or 30 s before it, when it names
+/// none) to a little after it, so its task's attempts and the moment of the
+/// harm fill the width. `None` when the run has no violation.
+pub fn around_first_violation(history: &[Record], violations: &[Violation]) -> Option<(u64, u64)> {
+    let first = violations.iter().min_by_key(|v| v.at_ms)?;
+    let tl = timeline(history, violations);
+    let first_grant_ms = first.task.and_then(|task| {
+        tl.spans.iter().filter(|s| s.kind == SpanKind::Lease && s.task == Some(task)).map(|s| s.start_ms).min()
+    });
+    let from_ms = first_grant_ms.unwrap_or(first.at_ms.saturating_sub(30_000)).min(first.at_ms);
+    let pad_ms = ((first.at_ms - from_ms) / 10).max(AROUND_MIN_PAD_MS);
+    let to_ms = first.at_ms.saturating_add(pad_ms).min(tl.end_ms.max(1));
+    Some((from_ms.saturating_sub(pad_ms), to_ms))
+}
+
+/// The window drawn: `window_ms` within the run (past its end it is moved
+/// back to end there, keeping its width), with a note when it was moved.
+fn clamp_window(window_ms: Option<(u64, u64)>, end_ms: u64) -> (Scale, Option<String>) {
+    let Some((from_ms, to_ms)) = window_ms else { return (Scale { from_ms: 0, to_ms: end_ms }, None) };
+    if from_ms < end_ms {
+        return (Scale { from_ms, to_ms: to_ms.min(end_ms).max(from_ms + 1) }, None);
+    }
+    let width_ms = to_ms.saturating_sub(from_ms).max(1);
+    let scale = Scale { from_ms: end_ms.saturating_sub(width_ms), to_ms: end_ms };
+    let note = format!(
+        "the window asked for starts at {} ms, after the run's end at {end_ms} ms: its last {width_ms} ms are drawn",
+        from_ms
+    );
+    (scale, Some(note))
 }
 
 /// [`svg_timeline`] of the window `from_ms..=to_ms` only (`to_ms` past the
-/// end is the end): spans are cut at its edges, marks and violations
-/// outside it are not drawn (the list under the chart keeps every
-/// violation). A window that starts after the run's end is an error.
+/// end is the end; a window that starts after the end is moved back to
+/// end there, and says so): spans are cut at its edges, marks and
+/// violations outside it are not drawn (the list under the chart keeps
+/// every violation). Never fails: a picture is not worth a run's verdict.
 pub fn svg_timeline_window(
     history: &[Record],
     violations: &[Violation],
     title: &str,
     window_ms: Option<(u64, u64)>,
-) -> Result<String, String> {
+) -> String {
     let mut tl = timeline(history, violations);
-    let end_ms = tl.end_ms.max(1);
-    let (from_ms, to_ms) = window_ms.unwrap_or((0, end_ms));
-    if from_ms >= end_ms {
-        return Err(format!("--from: {from_ms} ms is not before the run's end ({end_ms} ms)"));
-    }
-    let scale = Scale { from_ms, to_ms: to_ms.min(end_ms).max(from_ms + 1) };
+    let (scale, note) = clamp_window(window_ms, tl.end_ms.max(1));
     tl.spans.retain(|sp| sp.end_ms >= scale.from_ms && sp.start_ms <= scale.to_ms);
     tl.marks.retain(|m| scale.shows(m.at_ms));
     let mut svg = Svg { out: String::with_capacity(64 * 1024) };
     let (by_proc, unowned) = by_lane(&tl, violations, &scale);
 
-    let band_top = header(&mut svg, &tl, violations, title, &scale);
+    let band_top = header(&mut svg, &tl, violations, title, (&scale, note.as_deref()));
     let axis_top = run_band(&mut svg, &tl, &scale, &unowned, band_top);
     let chart_top = axis_top + 16.0;
     // The lanes are drawn into their own buffer: the grid goes under them.
-    let (lanes, chart_bottom) = lanes(&tl, &scale, &by_proc, chart_top);
+    let (lanes, chart_bottom) = lanes(&tl, &scale, (&by_proc, violations), chart_top);
     axis(&mut svg, &scale, axis_top, chart_top, chart_bottom);
     svg.out.push_str(&lanes.out);
     run_marks(&mut svg, &tl, &scale, &unowned, (band_top, chart_bottom));
     let bottom = violation_list(&mut svg, violations, chart_bottom + 36.0);
-    Ok(document(&svg, title, (bottom + 16.0).ceil()))
+    document(&svg, title, (bottom + 16.0).ceil())
+}
+
+/// The lane a violation is drawn in: the process it names, or else the
+/// holder of the last attempt of the task it names (a violation of a task's
+/// fate, such as one never finished, belongs with its last attempt).
+fn lane_of(tl: &Timeline, v: &Violation) -> Option<ProcId> {
+    if let Some((p, _)) = v.process.as_deref().and_then(parse_process).filter(|(p, _)| tl.procs.contains_key(p)) {
+        return Some(p);
+    }
+    let task = v.task?;
+    let leases = tl.spans.iter().filter(|s| s.kind == SpanKind::Lease && s.task == Some(task));
+    leases.max_by_key(|s| (s.attempt, s.start_ms)).map(|s| s.proc)
 }
 
 /// The violations inside the window, by the lane they are drawn in.
@@ -319,8 +387,8 @@ fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation], scale: &Scale) -> ByL
     let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
     let mut unowned = Vec::new();
     for (i, v) in violations.iter().enumerate().filter(|(_, v)| scale.shows(v.at_ms)) {
-        match v.process.as_deref().and_then(parse_process).filter(|(p, _)| tl.procs.contains_key(p)) {
-            Some((p, _)) => by_proc.entry(p).or_default().push((i, v)),
+        match lane_of(tl, v) {
+            Some(p) => by_proc.entry(p).or_default().push((i, v)),
             None => unowned.push((i, v)),
         }
     }
@@ -328,7 +396,8 @@ fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation], scale: &Scale) -> ByL
 }
 
 /// The title, a line of figures and the legend; returns the y under them.
-fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str, scale: &Scale) -> f64 {
+fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str, window: (&Scale, Option<&str>)) -> f64 {
+    let (scale, note) = window;
     let faults = tl.marks.iter().filter(|m| matches!(m.kind, MarkKind::Fault { .. })).count();
     let window = if scale.from_ms == 0 && scale.to_ms >= tl.end_ms.max(1) {
         String::new()
@@ -347,7 +416,13 @@ fn header(svg: &mut Svg, tl: &Timeline, violations: &[Violation], title: &str, s
     );
     svg.text(16.0, 24.0, 16.0, r##"font-weight="bold" fill="#111""##, title, None);
     svg.text(16.0, 42.0, 11.0, r##"fill="#555""##, &subtitle, None);
-    legend(svg, 54.0)
+    match note {
+        Some(note) => {
+            svg.text(16.0, 56.0, 11.0, &format!(r#"fill="{VIOLATION}""#), note, None);
+            legend(svg, 66.0)
+        }
+        None => legend(svg, 54.0),
+    }
 }
 
 /// The `run` band: labels of the heal and of the violations of the whole
@@ -372,25 +447,66 @@ fn run_band(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Vio
     top + (n_run_rows.max(1) as f64 * LABEL_H + 2.0)
 }
 
-/// Every lane, top to bottom, in a buffer of its own; returns it and the y
-/// under the last lane.
-fn lanes(tl: &Timeline, scale: &Scale, by_proc: &BTreeMap<ProcId, Vec<(usize, &Violation)>>, top: f64) -> (Svg, f64) {
+/// Every lane, top to bottom, in a buffer of its own, then the links
+/// between each task's attempts across lanes; returns it and the y under
+/// the last lane.
+fn lanes(
+    tl: &Timeline,
+    scale: &Scale,
+    (by_proc, violations): (&BTreeMap<ProcId, Vec<(usize, &Violation)>>, &[Violation]),
+    top: f64,
+) -> (Svg, f64) {
     let mut lanes = Svg { out: String::with_capacity(64 * 1024) };
     let mut shade = false;
     let mut y = world_lane(&mut lanes, tl, scale, top, shade);
     shade = !shade;
     y = store_lane(&mut lanes, tl, scale, y, shade);
+    let violating: BTreeSet<TaskId> = violations.iter().filter_map(|v| v.task).collect();
+    let mut leases: BTreeMap<(TaskId, u32), LeaseAt> = BTreeMap::new();
     for (proc, incs) in &tl.procs {
         shade = !shade;
         let violations = by_proc.get(proc).map_or(&[][..], |v| &v[..]);
-        let worker = Worker { proc: *proc, incs, violations };
-        y = worker_lane(&mut lanes, tl, scale, &worker, y, shade);
+        let worker = Worker { proc: *proc, incs, violations, violating: &violating };
+        y = worker_lane(&mut lanes, tl, scale, &worker, (y, shade), &mut leases);
     }
     if tl.marks.iter().any(|m| matches!(m.kind, MarkKind::Query { .. })) {
         shade = !shade;
         y = client_lane(&mut lanes, tl, scale, y, shade);
     }
+    draw_links(&mut lanes, &leases, &violating);
     (lanes, y)
+}
+
+/// Where an attempt's lease bar was drawn: its left and right ends and the
+/// middle of its bar.
+#[derive(Clone, Copy)]
+struct LeaseAt {
+    x0: f64,
+    x1: f64,
+    y: f64,
+}
+
+/// A thin line from the end of each attempt's lease to the start of the
+/// task's next attempt's lease, wherever they are drawn: red for a task a
+/// violation names, faint blue for the others.
+fn draw_links(svg: &mut Svg, leases: &BTreeMap<(TaskId, u32), LeaseAt>, violating: &BTreeSet<TaskId>) {
+    svg.open_group("attempt-links");
+    let mut previous: Option<((TaskId, u32), LeaseAt)> = None;
+    for (&(task, attempt), &at) in leases {
+        if let Some(((t, a), from)) = previous.filter(|((t, _), _)| *t == task) {
+            let style = if violating.contains(&task) {
+                format!(r#"stroke="{VIOLATION}" stroke-width="1.2" stroke-dasharray="4,2" fill="none""#)
+            } else {
+                format!(
+                    r#"stroke="{LEASE}" stroke-opacity="0.45" stroke-width="0.8" stroke-dasharray="4,2" fill="none""#
+                )
+            };
+            let title = format!("t{t}: attempt {a} then attempt {attempt}");
+            svg.line(from.x1, from.y, at.x0, at.y, &style, Some(&title));
+        }
+        previous = Some(((task, attempt), at));
+    }
+    svg.close_group();
 }
 
 /// The time axis (ticks over and under the chart) and the grid.
@@ -547,31 +663,46 @@ fn legend(svg: &mut Svg, top: f64) -> f64 {
         Tick(&'static str),
     }
     use Swatch::*;
-    let items: [(Swatch, &str); 18] = [
-        (Bar(LEASE, 9.0, ""), "lease (ended by its outcome)"),
+    let items: [(Swatch, &str); 24] = [
+        (Bar(LEASE, 9.0, ""), "lease, as the store granted it (ended by its own outcome)"),
         (
             Bar(LEASE_RECLAIMED, 9.0, r##"stroke="#3b6fb6" stroke-dasharray="3,2""##),
-            "lease reclaimed (released or superseded)",
+            "lease taken away (released, superseded, or ended by another's write)",
         ),
         (
             Bar(LEASE, 9.0, r##"stroke="#111" stroke-width="1.5" stroke-dasharray="2,2""##),
             "lease still held at the end",
         ),
-        (Bar(PERMIT, 4.0, ""), "permit held"),
-        (Bar(EXEC, 4.0, ""), "task body executing"),
-        (Bar(WRITE, 4.0, ""), "outcome write pending"),
+        (Line(r##"stroke="#3b6fb6" stroke-opacity="0.6" stroke-dasharray="4,2""##), "a task's next attempt"),
+        (Bar(PERMIT, 4.0, ""), "permit held (engine's own account)"),
+        (Bar(EXEC, 4.0, ""), "task body running"),
+        (Bar(WRITE, 4.0, ""), "outcome write at the store (arrival to answer)"),
+        (
+            Bar(STALE, 7.0, r##"stroke="#111" stroke-width="0.8""##),
+            "STALE outcome write (its attempt no longer held the task)",
+        ),
         (Bar("none", 5.0, r##"stroke="#7a3fb0""##), "transaction committed"),
         (Bar("none", 5.0, r##"stroke="#7a3fb0" stroke-dasharray="2,1""##), "transaction ended without commit"),
+        (
+            Bar("#7a3fb0", 4.0, r##"fill-opacity="0.15" stroke="#7a3fb0" stroke-width="0.8""##),
+            "transaction outside any attempt",
+        ),
         (Bar(PASS, 6.0, ""), "maintenance pass"),
         (Bar(PASS_CUT, 6.0, ""), "pass cut by a kill or never ended"),
-        (Bar("url(#dead)", 12.0, ""), "process dead (killed until restarted)"),
+        (Bar("url(#dead)", 12.0, ""), "process down (killed or exited, until restarted)"),
         (Bar(PAUSED, 12.0, r#"fill-opacity="0.5""#), "process paused"),
         (Line(r##"stroke="#555555" stroke-dasharray="3,2""##), "new incarnation"),
         (Line(r##"stroke="#8b0000" stroke-width="1.5""##), "process killed"),
+        (Line(r##"stroke="#6a3d9a" stroke-width="1.5" stroke-dasharray="1,2""##), "process exited on its own"),
         (Triangle, "fault injected (row = fault kind)"),
         (Line(r##"stroke="#2ca02c" stroke-width="1.5" stroke-dasharray="6,3""##), "heal"),
-        (Line(r##"stroke="#d62728" stroke-width="1.5""##), "violation Vn (listed below)"),
+        (Line(r##"stroke="#d62728" stroke-width="2.5""##), "violation Vn, on the attempt it names (listed below)"),
+        (
+            Bar("#d62728", 12.0, r##"fill-opacity="0.08" stroke="#d62728" stroke-width="1""##),
+            "attempt of a task a violation names",
+        ),
         (Tick("#2e7d32"), "store commit (row = kind)"),
+        (Tick("#c2185b"), "write rejected by the store"),
     ];
     svg.open_group("legend");
     let (mut x, mut y) = (16.0, top);
@@ -732,15 +863,19 @@ struct Worker<'a> {
     proc: ProcId,
     incs: &'a [u32],
     violations: &'a [(usize, &'a Violation)],
+    /// Tasks some violation names: their attempts are outlined in red.
+    violating: &'a BTreeSet<TaskId>,
 }
 
-/// The marks of a worker's life: labels (incarnations, kills, pauses,
-/// violations), deaths (from a kill to the restart), restarts and kills.
+/// The marks of a worker's life: labels (incarnations, kills, exits,
+/// pauses, violations), deaths (from a kill or an exit to the restart),
+/// restarts, kills and exits.
 struct Life {
     labels: Vec<Label>,
     dead: Vec<(u64, u64, Owner)>,
     ups: Vec<(u64, Owner)>,
     kills: Vec<(u64, Owner)>,
+    exits: Vec<(u64, Owner)>,
 }
 
 /// Per maintenance kind: its rows, and each pass with its row.
@@ -796,23 +931,33 @@ struct Band {
     bottom: f64,
 }
 
-/// A worker process's lane: labels, then maintenance rows, then attempt
-/// rows; deaths, pauses, restarts, kills and violations across all of them.
-/// Returns the y under it.
-fn worker_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, w: &Worker, top: f64, shade: bool) -> f64 {
+/// A worker process's lane: labels, then maintenance rows, then a compact
+/// row of transactions outside any attempt, then attempt rows; deaths,
+/// pauses, restarts, kills, exits and violations across them. Notes where
+/// each attempt's lease was drawn in `leases`. Returns the y under it.
+fn worker_lane(
+    svg: &mut Svg,
+    tl: &Timeline,
+    scale: &Scale,
+    w: &Worker,
+    (top, shade): (f64, bool),
+    leases: &mut BTreeMap<(TaskId, u32), LeaseAt>,
+) -> f64 {
     let proc = w.proc;
     let mut life = life(tl, scale, w);
     let (label_rows, n_label_rows) = place_labels(&mut life.labels);
-    let (passes, attempts) = worker_spans(tl, proc);
-    let pass_rows = place_passes(&passes, scale);
+    let spans = worker_spans(tl, proc);
+    let pass_rows = place_passes(&spans.passes, scale);
     let n_pass_rows: usize = pass_rows.iter().map(|(_, n, _)| n).sum();
-    let (placed, n_attempt_rows) = place_attempts(attempts, scale);
+    let (n_txn_rows, txn_rows) = place_compact(&spans.txns, scale, MAX_TXN_ROWS);
+    let (placed, n_attempt_rows) = place_attempts(spans.attempts, scale);
 
     // ---- geometry ----
-    let sub = worker_sub(tl, w, &placed, &passes);
+    let sub = worker_sub(tl, w, &placed, &spans.passes);
     let label_top = top + 3.0;
     let pass_top = label_top + n_label_rows.max(1) as f64 * LABEL_H + 2.0;
-    let attempt_top = pass_top + n_pass_rows as f64 * MAINT_H + if n_pass_rows > 0 { 3.0 } else { 0.0 };
+    let txn_top = pass_top + n_pass_rows as f64 * MAINT_H + if n_pass_rows > 0 { 3.0 } else { 0.0 };
+    let attempt_top = txn_top + n_txn_rows as f64 * TXN_H + if n_txn_rows > 0 { 3.0 } else { 0.0 };
     let content_bottom = attempt_top + n_attempt_rows as f64 * ATTEMPT_H + 3.0;
     let height = (content_bottom - top).max(lane_min_height(sub.len()));
     let band = Band { top, height, bottom: top + height };
@@ -823,24 +968,64 @@ fn worker_lane(svg: &mut Svg, tl: &Timeline, scale: &Scale, w: &Worker, top: f64
     draw_life(svg, tl, scale, proc, &life, band);
     draw_labels(svg, &life.labels, &label_rows, label_top);
     draw_passes(svg, scale, &pass_rows, pass_top);
+    draw_txns(svg, scale, (n_txn_rows, &txn_rows), txn_top);
     if n_attempt_rows > 0 {
         row_label(svg, attempt_top + ATTEMPT_H / 2.0, 8.0, "attempts");
     }
-    draw_attempts(svg, scale, &placed, attempt_top);
+    draw_attempts(svg, scale, (&placed, w.violating), attempt_top, leases);
+    draw_violations(svg, scale, w, (&placed, attempt_top), band);
+    svg.close_group();
+    band.bottom
+}
+
+/// Each violation of the lane at its instant: across the row of the
+/// attempt it names when this lane draws one (a red bar with a diamond),
+/// so it crosses no unrelated attempt; else across the whole lane.
+fn draw_violations(svg: &mut Svg, scale: &Scale, w: &Worker, (placed, attempt_top): (&[Placed], f64), band: Band) {
     for (i, v) in w.violations {
         let x = scale.x(v.at_ms);
         let title = violation_text(*i, v);
-        svg.line(x, top + 1.0, x, band.bottom, &format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#), Some(&title));
+        let style = format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#);
+        let owner = v.process.as_deref().and_then(parse_process).and_then(|(p, inc)| inc.map(|i| (p, i)));
+        let row = placed.iter().find(|p| {
+            Some(p.key.1) == v.task
+                && (v.attempt.is_none() || Some(p.key.2) == v.attempt)
+                && owner.is_none_or(|(proc, inc)| p.key.0 == Owner { proc, incarnation: inc })
+        });
+        match row {
+            Some(p) => {
+                let y = attempt_top + p.row as f64 * ATTEMPT_H;
+                svg.line(
+                    x,
+                    y - 1.0,
+                    x,
+                    y + ATTEMPT_H,
+                    &format!(r#"stroke="{VIOLATION}" stroke-width="2.5""#),
+                    Some(&title),
+                );
+                let d = format!(
+                    "M{:.1} {:.1}L{:.1} {:.1}L{:.1} {:.1}L{:.1} {:.1}Z",
+                    x,
+                    y - 3.0,
+                    x + 3.5,
+                    y + 0.5,
+                    x,
+                    y + 4.0,
+                    x - 3.5,
+                    y + 0.5
+                );
+                svg.path(&d, &format!(r#"fill="{VIOLATION}""#), Some(&title));
+            }
+            None => svg.line(x, band.top + 1.0, x, band.bottom, &style, Some(&title)),
+        }
     }
-    svg.close_group();
-    band.bottom
 }
 
 /// What a worker lane marks of the process's life, with the labels of its
 /// violations.
 fn life(tl: &Timeline, scale: &Scale, w: &Worker) -> Life {
     let proc = w.proc;
-    let mut life = Life { labels: Vec::new(), dead: Vec::new(), ups: Vec::new(), kills: Vec::new() };
+    let mut life = Life { labels: Vec::new(), dead: Vec::new(), ups: Vec::new(), kills: Vec::new(), exits: Vec::new() };
     let mut dead_since: Option<(u64, Owner)> = None;
     let label = |at_ms: u64, text: String, color: &'static str, title: String| Label {
         x: scale.x(at_ms),
@@ -865,6 +1050,12 @@ fn life(tl: &Timeline, scale: &Scale, w: &Worker) -> Life {
                 let title = format!("{o} killed at {}", secs(m.at_ms));
                 life.labels.push(label(m.at_ms, format!("killed {o}"), KILL, title));
             }
+            MarkKind::Exited(o) if o.proc == proc => {
+                dead_since.get_or_insert((m.at_ms, *o));
+                life.exits.push((m.at_ms, *o));
+                let title = format!("{o} exited on its own at {}", secs(m.at_ms));
+                life.labels.push(label(m.at_ms, format!("exited {o}"), EXIT, title));
+            }
             MarkKind::Paused(p) if *p == proc => {
                 let title = format!("p{p} paused at {}", secs(m.at_ms));
                 life.labels.push(label(m.at_ms, "paused".into(), "#8a6d00", title));
@@ -881,26 +1072,67 @@ fn life(tl: &Timeline, scale: &Scale, w: &Worker) -> Life {
     life
 }
 
-/// A worker's maintenance passes (per kind) and attempts (per incarnation,
-/// task and attempt).
-type WorkerSpans<'a> = (BTreeMap<MaintenanceKind, Vec<&'a Span>>, BTreeMap<(Owner, TaskId, u32), Attempt<'a>>);
+/// A worker's spans as its lane draws them: maintenance passes (per
+/// kind), transactions outside any attempt, and attempts (per
+/// incarnation, task and attempt).
+struct WorkerSpans<'a> {
+    passes: BTreeMap<MaintenanceKind, Vec<&'a Span>>,
+    txns: Vec<&'a Span>,
+    attempts: BTreeMap<(Owner, TaskId, u32), Attempt<'a>>,
+}
 
 fn worker_spans(tl: &Timeline, proc: ProcId) -> WorkerSpans<'_> {
-    let mut passes: BTreeMap<MaintenanceKind, Vec<&Span>> = BTreeMap::new();
-    let mut attempts: BTreeMap<(Owner, TaskId, u32), Attempt> = BTreeMap::new();
+    let mut w = WorkerSpans { passes: BTreeMap::new(), txns: Vec::new(), attempts: BTreeMap::new() };
     for s in tl.spans.iter().filter(|s| s.proc == proc) {
-        let key = || (s.owner.expect("attempt spans have an owner"), s.task.unwrap_or(0), s.attempt.unwrap_or(0));
+        let (Some(owner), Some(task), Some(attempt)) = (s.owner, s.task, s.attempt) else {
+            match s.kind {
+                SpanKind::Maintenance(k) => w.passes.entry(k).or_default().push(s),
+                SpanKind::Transaction => w.txns.push(s),
+                _ => {}
+            }
+            continue;
+        };
+        let a = w.attempts.entry((owner, task, attempt)).or_default();
         match s.kind {
-            SpanKind::Maintenance(k) => passes.entry(k).or_default().push(s),
-            SpanKind::Lease => attempts.entry(key()).or_default().lease.push(s),
-            SpanKind::Permit => attempts.entry(key()).or_default().permit.push(s),
-            SpanKind::Execution => attempts.entry(key()).or_default().exec.push(s),
-            SpanKind::Write => attempts.entry(key()).or_default().write.push(s),
-            SpanKind::Transaction => attempts.entry(key()).or_default().txn.push(s),
-            SpanKind::Alive | SpanKind::Paused => {}
+            SpanKind::Lease => a.lease.push(s),
+            SpanKind::Permit => a.permit.push(s),
+            SpanKind::Execution => a.exec.push(s),
+            SpanKind::Write => a.write.push(s),
+            SpanKind::Transaction => a.txn.push(s),
+            SpanKind::Maintenance(_) | SpanKind::Alive | SpanKind::Paused => {}
         }
     }
-    (passes, attempts)
+    w
+}
+
+/// Spans placed on at most `max` rows so they never overlap (more overlap
+/// shares the rows that free first); returns the rows used and each span
+/// with its row.
+fn place_compact<'a>(spans: &[&'a Span], scale: &Scale, max: usize) -> (usize, Vec<(&'a Span, usize)>) {
+    let mut rows = Rows::with_max(max);
+    let placed = spans
+        .iter()
+        .map(|s| {
+            let x0 = scale.x(s.start_ms);
+            (*s, rows.place(x0, scale.x(s.end_ms).max(x0 + 1.0) + 0.5))
+        })
+        .collect();
+    (rows.len(), placed)
+}
+
+/// The compact rows of transactions outside any attempt, from `top` down:
+/// an outline each, solid when it committed, dashed when it ended without.
+fn draw_txns(svg: &mut Svg, scale: &Scale, (n_rows, spans): (usize, &[(&Span, usize)]), top: f64) {
+    if n_rows > 0 {
+        row_label(svg, top + n_rows as f64 * TXN_H / 2.0, 8.0, &format!("transactions ({})", spans.len()));
+    }
+    for (s, r) in spans {
+        let x0 = scale.x(s.start_ms);
+        let w = (scale.x(s.end_ms) - x0).max(1.0);
+        let dash = if s.cut == Cut::Normal { "" } else { r#" stroke-dasharray="2,1""# };
+        let style = format!(r#"fill="{TXN}" fill-opacity="0.15" stroke="{TXN}" stroke-width="0.8"{dash}"#);
+        svg.rect(x0, top + *r as f64 * TXN_H + 1.0, w, TXN_H - 2.0, &style, Some(&span_text(s)));
+    }
 }
 
 /// Maintenance rows: per kind, passes placed so they never overlap.
@@ -966,7 +1198,7 @@ fn draw_life(svg: &mut Svg, tl: &Timeline, scale: &Scale, proc: ProcId, life: &L
     let Band { top, height, bottom } = band;
     for (from, to, who) in &life.dead {
         let (x0, x1) = (scale.x(*from), scale.x(*to));
-        let title = format!("{who} dead from {} to {}", secs(*from), secs(*to));
+        let title = format!("{who} down from {} to {}", secs(*from), secs(*to));
         svg.rect(x0, top + 1.0, (x1 - x0).max(1.0), height - 1.0, r#"fill="url(#dead)""#, Some(&title));
     }
     for s in tl.spans.iter().filter(|s| s.proc == proc && s.kind == SpanKind::Paused) {
@@ -986,6 +1218,12 @@ fn draw_life(svg: &mut Svg, tl: &Timeline, scale: &Scale, proc: ProcId, life: &L
         let x = scale.x(*at);
         let title = format!("{o} killed at {}", secs(*at));
         svg.line(x, top + 1.0, x, bottom, &format!(r#"stroke="{KILL}" stroke-width="1.5""#), Some(&title));
+    }
+    for (at, o) in &life.exits {
+        let x = scale.x(*at);
+        let title = format!("{o} exited on its own at {}", secs(*at));
+        let style = format!(r#"stroke="{EXIT}" stroke-width="1.5" stroke-dasharray="1,2""#);
+        svg.line(x, top + 1.0, x, bottom, &style, Some(&title));
     }
 }
 
@@ -1014,25 +1252,40 @@ fn draw_passes(svg: &mut Svg, scale: &Scale, pass_rows: &PassRows, top: f64) {
 }
 
 /// Each attempt on its row: the lease bar, the permit / execution / write
-/// strip under it, and its label.
-fn draw_attempts(svg: &mut Svg, scale: &Scale, placed: &[Placed], top: f64) {
+/// strip under it (a stale write taller and red), its transactions, and its
+/// label; the attempts of a task a violation names are outlined in red.
+/// Notes where each lease was drawn in `leases` (for the links).
+fn draw_attempts(
+    svg: &mut Svg,
+    scale: &Scale,
+    (placed, violating): (&[Placed], &BTreeSet<TaskId>),
+    top: f64,
+    leases: &mut BTreeMap<(TaskId, u32), LeaseAt>,
+) {
     for p in placed {
         let y = top + p.row as f64 * ATTEMPT_H;
-        for s in &p.spans.lease {
-            let x0 = scale.x(s.start_ms);
-            let w = (scale.x(s.end_ms) - x0).max(1.0);
-            let style = match s.cut {
-                Cut::Reclaimed => format!(r#"fill="{LEASE_RECLAIMED}" stroke="{LEASE}" stroke-dasharray="3,2""#),
-                Cut::Open => format!(r##"fill="{LEASE}" stroke="#111" stroke-width="1.5" stroke-dasharray="2,2""##),
-                Cut::Normal | Cut::Killed => format!(r#"fill="{LEASE}""#),
-            };
-            svg.rect(x0, y + 1.0, w, 9.0, &style, Some(&span_text(s)));
+        let flagged = violating.contains(&p.key.1);
+        if flagged {
+            let style = format!(r#"fill="{VIOLATION}" fill-opacity="0.08" stroke="{VIOLATION}" stroke-width="1""#);
+            let title = format!("t{}: a task a violation names (attempt {} on {})", p.key.1, p.key.2, p.key.0);
+            svg.rect(p.x0 - 1.0, y, (p.x1 - p.x0) + 2.0, ATTEMPT_H - 1.0, &style, Some(&title));
         }
-        for (spans, fill) in [(&p.spans.permit, PERMIT), (&p.spans.exec, EXEC), (&p.spans.write, WRITE)] {
+        draw_leases(svg, scale, p, y, leases);
+        for (spans, fill) in [(&p.spans.permit, PERMIT), (&p.spans.exec, EXEC)] {
             for s in spans {
                 let x0 = scale.x(s.start_ms);
                 let w = (scale.x(s.end_ms) - x0).max(1.0);
                 svg.rect(x0, y + 11.0, w, 4.0, &format!(r#"fill="{fill}""#), Some(&span_text(s)));
+            }
+        }
+        for s in &p.spans.write {
+            let x0 = scale.x(s.start_ms);
+            let w = (scale.x(s.end_ms) - x0).max(1.5);
+            if s.stale {
+                let style = format!(r##"fill="{STALE}" stroke="#111" stroke-width="0.8""##);
+                svg.rect(x0, y + 9.5, w.max(3.0), 7.0, &style, Some(&span_text(s)));
+            } else {
+                svg.rect(x0, y + 11.0, w, 4.0, &format!(r#"fill="{WRITE}""#), Some(&span_text(s)));
             }
         }
         // A transaction outlines the strip: solid when it committed, dashed
@@ -1044,17 +1297,47 @@ fn draw_attempts(svg: &mut Svg, scale: &Scale, placed: &[Placed], top: f64) {
             let style = format!(r#"fill="none" stroke="{TXN}" stroke-width="1"{dash}"#);
             svg.rect(x0, y + 10.5, w, 5.0, &style, Some(&span_text(s)));
         }
-        let label = format!("t{}#{}", p.key.1, p.key.2);
-        let title = format!("task {} attempt {} on {}", p.key.1, p.key.2, p.key.0);
-        if p.label_at == LabelAt::Inside {
-            let lease = p.spans.lease.iter().max_by(|a, b| (a.end_ms - a.start_ms).cmp(&(b.end_ms - b.start_ms)));
-            let x = lease.map_or(p.x0, |s| scale.x(s.start_ms)) + 2.0;
-            let fill = if lease.is_some_and(|s| s.cut == Cut::Reclaimed) { "#0b2a55" } else { "#ffffff" };
-            svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}""#), &label, Some(&title));
-        } else {
-            let x = if p.label_at == LabelAt::After { p.x1 + 2.0 } else { p.room.0 + 1.0 };
-            svg.text(x, y + 8.5, 8.0, r##"fill="#0b2a55""##, &label, Some(&title));
-        }
+        attempt_label(svg, scale, p, y, flagged);
+    }
+}
+
+/// An attempt's lease bars, noting where the first starts and the last ends.
+fn draw_leases(svg: &mut Svg, scale: &Scale, p: &Placed, y: f64, leases: &mut BTreeMap<(TaskId, u32), LeaseAt>) {
+    for s in &p.spans.lease {
+        let x0 = scale.x(s.start_ms);
+        let w = (scale.x(s.end_ms) - x0).max(1.0);
+        let style = match s.cut {
+            Cut::Reclaimed => format!(r#"fill="{LEASE_RECLAIMED}" stroke="{LEASE}" stroke-dasharray="3,2""#),
+            Cut::Open => format!(r##"fill="{LEASE}" stroke="#111" stroke-width="1.5" stroke-dasharray="2,2""##),
+            Cut::Normal | Cut::Killed => format!(r#"fill="{LEASE}""#),
+        };
+        svg.rect(x0, y + 1.0, w, 9.0, &style, Some(&span_text(s)));
+        let at = leases.entry((p.key.1, p.key.2)).or_insert(LeaseAt { x0, x1: x0 + w, y: y + 5.5 });
+        at.x0 = at.x0.min(x0);
+        at.x1 = at.x1.max(x0 + w);
+    }
+}
+
+/// `t12#2` inside the lease bar, or after or before the attempt; red and
+/// bold for a task a violation names.
+fn attempt_label(svg: &mut Svg, scale: &Scale, p: &Placed, y: f64, flagged: bool) {
+    let label = format!("t{}#{}", p.key.1, p.key.2);
+    let title = format!("task {} attempt {} on {}", p.key.1, p.key.2, p.key.0);
+    let weight = if flagged { r#" font-weight="bold""# } else { "" };
+    if p.label_at == LabelAt::Inside {
+        let lease = p.spans.lease.iter().max_by(|a, b| (a.end_ms - a.start_ms).cmp(&(b.end_ms - b.start_ms)));
+        let x = lease.map_or(p.x0, |s| scale.x(s.start_ms)) + 2.0;
+        let fill = match lease.map(|s| s.cut) {
+            _ if flagged => "#ffd6d6",
+            Some(Cut::Reclaimed) => "#0b2a55",
+            _ => "#ffffff",
+        };
+        let fill = if flagged && lease.is_some_and(|s| s.cut == Cut::Reclaimed) { VIOLATION } else { fill };
+        svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}"{weight}"#), &label, Some(&title));
+    } else {
+        let x = if p.label_at == LabelAt::After { p.x1 + 2.0 } else { p.room.0 + 1.0 };
+        let fill = if flagged { VIOLATION } else { "#0b2a55" };
+        svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}"{weight}"#), &label, Some(&title));
     }
 }
 
@@ -1076,17 +1359,15 @@ mod tests {
     #[test]
     fn a_window_draws_only_its_own_time() {
         let whole = picture();
-        let window = svg_timeline_window(&history(), &violations(), "w", Some((4000, 6000))).unwrap();
+        let window = svg_timeline_window(&history(), &violations(), "w", Some((4000, 6000)));
         assert_well_formed(&window);
         assert!(window.contains("window 4.000 s to 6.000 s"), "the subtitle names the window");
         assert!(whole.contains("<title>heal at 9.000 s"), "the whole run marks the heal");
         assert!(!window.contains("<title>heal at 9.000 s"), "the heal at 9 s is outside 4..6 s");
         assert!(window.contains(">4.2 s<") && !window.contains(">0 s<"), "the axis starts at the window");
         assert!(window.contains("t7 is not terminal"), "the list under the chart keeps every violation");
-        let past = svg_timeline_window(&history(), &violations(), "w", Some((10_000, 20_000))).unwrap_err();
-        assert!(past.starts_with("--from: ") && past.contains("10000 ms"), "{past}");
-        let to_past_end = svg_timeline_window(&history(), &violations(), "w", Some((0, u64::MAX))).unwrap();
-        assert_eq!(to_past_end, svg_timeline_window(&history(), &violations(), "w", None).unwrap());
+        let to_past_end = svg_timeline_window(&history(), &violations(), "w", Some((0, u64::MAX)));
+        assert_eq!(to_past_end, svg_timeline_window(&history(), &violations(), "w", None));
     }
 
     fn picture() -> String {
@@ -1145,7 +1426,7 @@ mod tests {
         assert_eq!(svg.matches("<title>lease t12#2 on p1.1").count(), 1);
         assert_eq!(svg.matches("<title>lease t7#1 on p2.1").count(), 1);
         assert!(svg.contains("<title>permit t12#2 on p1.1"));
-        assert!(svg.contains("<title>write t12#2 on p1.1"));
+        assert!(svg.contains("<title>complete t12#2 on p1.1"));
         assert!(svg.contains("<title>maintenance index on p1.1"));
         assert!(svg.contains(">p2.2<"), "the restart is labelled");
         assert!(svg.contains(">killed p2.1<"));
@@ -1198,21 +1479,15 @@ mod tests {
 
     #[test]
     fn overlapping_attempts_get_their_own_rows() {
-        use super::super::testkit::o;
-        use crate::history::{Entry, Record};
-        use leasesim_vocab::ids::Fence;
-        use leasesim_vocab::task::TaskKind;
-        use leasesim_vocab::testimony::Event;
-        let grant = |at_ms, task| Record {
-            at_ms,
-            entry: Entry::Engine(Event::LeaseGranted {
-                fence: Fence { task, attempt: 1, owner: o(1, 1) },
-                kind: TaskKind::Job,
-                lease_expiry_ms: None,
-                retry_at_ms: 0,
-            }),
+        use super::super::testkit::{change, o, row, t};
+        use crate::truth::{Commit, Fact};
+        use leasesim_vocab::task::{TaskKind, TaskState};
+        let grant = |at_ms, task| {
+            let before = row(task, TaskKind::Job, TaskState::Ready, (0, None));
+            let after = row(task, TaskKind::Job, TaskState::Leased, (1, Some(o(1, 1))));
+            t(at_ms, Fact::Drift { commit: Commit { tasks: vec![change(Some(before), after)], ..Commit::default() } })
         };
-        let history: Vec<Record> = (0..5).map(|t| grant(t * 100, t)).collect();
+        let history: Vec<_> = (0..5).map(|task| grant(task * 100, task)).collect();
         let svg = svg_timeline(&history, &[], "overlap");
         let ys: std::collections::BTreeSet<String> = svg
             .lines()
@@ -1220,5 +1495,30 @@ mod tests {
             .map(|l| l.split("y=\"").nth(1).unwrap().split('"').next().unwrap().to_string())
             .collect();
         assert_eq!(ys.len(), 5, "five overlapping leases on five rows: {ys:?}");
+    }
+
+    #[test]
+    fn a_window_past_the_end_is_moved_back_and_says_so() {
+        let past = svg_timeline_window(&history(), &violations(), "w", Some((10_000, 20_000)));
+        assert_well_formed(&past);
+        assert!(past.contains("after the run&apos;s end at 10000 ms"), "the picture says the window moved");
+        assert!(past.contains(">0 s<") && past.contains(">10 s<"), "its width is kept, within the run");
+    }
+
+    #[test]
+    fn the_window_around_the_first_violation_holds_its_task_and_its_moment() {
+        assert_eq!(super::around_first_violation(&history(), &[]), None);
+        let (from, to) = super::around_first_violation(&history(), &violations()).unwrap();
+        // V1 (4.5 s) names t12, first granted at 1 s: from before 1 s to after 4.5 s.
+        assert!(from < 1000 && to > 4500 && to <= 10_000, "{from}..{to}");
+    }
+
+    #[test]
+    fn a_violation_is_drawn_on_the_attempt_it_names_and_its_task_outlined() {
+        let svg = picture();
+        assert!(svg.contains("<title>t12: a task a violation names (attempt 2 on p1.1)</title>"));
+        // The mark across t12#2's row only: a diamond and a short bar.
+        let v1 = svg.matches("<title>V1 at 4.500 s").count();
+        assert!(v1 >= 3, "label, bar and diamond: {v1}");
     }
 }

@@ -31,6 +31,22 @@ pub enum WorldEvent {
     Heal,
     /// The run ended here.
     End,
+    // ---- new variants go last: a history's hash covers the variant's index ----
+    /// The process exited on its own (its worker returned, after an error
+    /// or a shutdown): gone as a killed one is, but no one killed it.
+    ProcessExited { owner: Owner },
+}
+
+impl WorldEvent {
+    /// The incarnation this event ends, killed or exited: what every
+    /// reader that only needs to know a process is gone matches, so an
+    /// exit is judged exactly as a kill.
+    pub fn gone(&self) -> Option<Owner> {
+        match self {
+            WorldEvent::ProcessKilled { owner } | WorldEvent::ProcessExited { owner } => Some(*owner),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

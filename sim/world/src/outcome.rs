@@ -81,8 +81,11 @@ pub fn leftover_permits(history: &[Record]) -> u64 {
         match &rec.entry {
             Entry::Engine(Event::PermitAcquired { owner, .. }) => *held.entry(*owner).or_default() += 1,
             Entry::Engine(Event::PermitReleased { owner, .. }) => *held.entry(*owner).or_default() -= 1,
-            Entry::World(WorldEvent::ProcessKilled { owner }) => {
-                held.remove(owner);
+            // Killed or exited: its permits went with it.
+            Entry::World(w) => {
+                if let Some(owner) = w.gone() {
+                    held.remove(&owner);
+                }
             }
             _ => {}
         }

@@ -89,8 +89,9 @@ impl Controller {
     }
 
     /// The process exited on its own (its worker future returned): it is
-    /// gone as a killed one is, recorded so. Returns false if it was
-    /// already down.
+    /// gone as a killed one is, recorded as an exit (checkers read both
+    /// alike, `WorldEvent::gone`; pictures tell them apart). Returns false if
+    /// it was already down.
     pub fn exited(&self, proc: ProcId) -> bool {
         let mut procs = self.procs.lock().expect("procs");
         let Some(p) = procs.get_mut(&proc) else {
@@ -101,7 +102,7 @@ impl Controller {
         }
         p.state = ProcState::Down;
         p.hops_out = 0;
-        self.rec.world(WorldEvent::ProcessKilled { owner: Self::owner(proc, p) });
+        self.rec.world(WorldEvent::ProcessExited { owner: Self::owner(proc, p) });
         true
     }
 
