@@ -64,6 +64,11 @@ fn save_writes_one_entry_per_signature_and_never_overwrites() {
     let (code, out) = leasesim(&["replay", first[0].to_str().expect("utf-8")]);
     assert_eq!(code, 1, "replay: {out}");
     assert!(out.contains("still fails: violates retry-clock, as saved"), "{out}");
+    // Under --json the verdict is in the object, not only in the exit code.
+    let (code, out) = leasesim(&["replay", first[0].to_str().expect("utf-8"), "--json"]);
+    let replayed: serde_json::Value = serde_json::from_str(&out).expect("replay --json prints one object");
+    assert_eq!((code, &replayed["verdict"], &replayed["exit_code"]), (1, &"still-fails".into(), &1.into()));
+    assert!(replayed["violations"].as_array().is_some_and(|v| !v.is_empty()), "{out}");
     fix_loop(&first[0], &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -263,4 +268,31 @@ fn an_interrupted_campaign_says_so_in_its_json() {
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON summary");
     assert_eq!(summary["interrupted"], serde_json::Value::Bool(true), "{summary}");
     assert_eq!(summary["runs"], summary["seeds"], "runs is what seeds counts");
+}
+
+/// `list --json` names everything `list` prints: every built-in scenario
+/// with its engine, every engine with its defect switches, every fault kind,
+/// invariant and coverage point.
+#[test]
+fn list_as_json_names_everything_there_is() {
+    let (code, out) = leasesim(&["list", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("list --json prints one object");
+    let names = |key: &str| -> Vec<String> {
+        let items = list[key].as_array().unwrap_or_else(|| panic!("no {key} in {out}"));
+        items.iter().map(|i| i["name"].as_str().expect("a name").to_string()).collect()
+    };
+    assert_eq!(names("scenarios"), leasesim_sim::scenario::builtin_names());
+    let engines: Vec<String> = leasesim_sim::engines().known().iter().map(|a| a.name().to_string()).collect();
+    assert_eq!(names("engines"), engines);
+    let invariants: Vec<String> = leasesim_sim::check::invariants().iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(names("invariants"), invariants);
+    let points: Vec<String> = leasesim_sim::check::coverage::POINTS.iter().map(|p| p.name.to_string()).collect();
+    assert_eq!(names("coverage_points"), points);
+    assert_eq!(names("fault_kinds").len(), leasesim_sim::faults::FaultKind::ALL.len());
+    let builtin = list["engines"].as_array().unwrap().iter().find(|e| e["name"] == "builtin").expect("builtin");
+    assert!(builtin["defects"].as_array().is_some_and(|d| d.iter().any(|d| d["name"] == "unfenced-completion")));
+    for s in list["scenarios"].as_array().unwrap() {
+        assert!(s["engine"].is_string(), "a scenario without its engine: {s}");
+    }
 }

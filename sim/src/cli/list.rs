@@ -3,8 +3,22 @@
 use crate::check::invariants;
 use crate::faults::FaultKind;
 use crate::scenario;
+use clap::Args;
+use serde_json::{json, Value};
 
-pub fn run(known: &crate::Engines) -> Result<i32, String> {
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Print one JSON object (scenarios, engines, fault kinds, invariants,
+    /// coverage points) instead of text. Example: --json
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &ListArgs, known: &crate::Engines) -> Result<i32, String> {
+    if args.json {
+        println!("{}", as_json(known));
+        return Ok(0);
+    }
     println!("scenarios:");
     for name in scenario::builtin_names() {
         let described = scenario::resolve(&name, known)
@@ -57,4 +71,49 @@ fn engines(known: &crate::Engines) {
             println!("    --defect {name:<26} {about}");
         }
     }
+}
+
+/// What `list` prints, as one JSON object for scripts.
+fn as_json(known: &crate::Engines) -> Value {
+    let named = |pairs: Vec<(&str, &str)>| -> Vec<Value> {
+        pairs.into_iter().map(|(name, about)| json!({ "name": name, "about": about })).collect()
+    };
+    let scenarios: Vec<Value> = scenario::builtin_names()
+        .into_iter()
+        .map(|name| match scenario::resolve(&name, known) {
+            Ok(l) => json!({
+                "name": name,
+                "engine": l.scenario.engine.get().name(),
+                "about": l.scenario.description,
+            }),
+            Err(e) => json!({ "name": name, "error": e }),
+        })
+        .collect();
+    let engines: Vec<Value> = known
+        .known()
+        .into_iter()
+        .map(|adapter| {
+            let mut e = json!({ "name": adapter.name(), "about": adapter.about() });
+            if let Ok(engine) = adapter.configure(&toml::Table::new()) {
+                let caps = engine.capabilities();
+                let on = |want: bool| -> Vec<&str> {
+                    caps.named().into_iter().filter(|(_, v)| *v == want).map(|(n, _)| n).collect()
+                };
+                e["can"] = json!(on(true));
+                e["cannot"] = json!(on(false));
+                e["invariants"] = json!(crate::check::applicable(&caps));
+            }
+            e["defects"] = json!(named(adapter.switches()));
+            e
+        })
+        .collect();
+    let faults: Vec<(&str, &str)> = FaultKind::ALL.iter().map(|k| (k.name(), k.description())).collect();
+    let points: Vec<(&str, &str)> = crate::check::coverage::POINTS.iter().map(|p| (p.name, p.about)).collect();
+    json!({
+        "scenarios": scenarios,
+        "engines": engines,
+        "fault_kinds": named(faults),
+        "invariants": named(invariants()),
+        "coverage_points": named(points),
+    })
 }

@@ -46,7 +46,7 @@ pub enum Command {
     /// List the scenarios, defect switches, fault kinds and invariants.
     ///
     /// Example: cargo sim list
-    List,
+    List(list::ListArgs),
     /// Replay one corpus entry exactly and check its expectation.
     ///
     /// Example: cargo sim replay corpus/swarm-pass-seed1.toml
@@ -171,7 +171,7 @@ fn run_cli(engines: crate::Engines, bin_name: Option<&'static str>) -> i32 {
     let result = match cli.command {
         Command::Run(args) => run::run(args, &engines),
         Command::Fuzz(args) => fuzz::run(args, &engines),
-        Command::List => list::run(&engines),
+        Command::List(args) => list::run(&args, &engines),
         Command::Replay(args) => replay::run(args, &engines),
         Command::Bench(args) => bench::run(args, &engines),
         Command::Shrink(args) => shrink::run(args, &engines),

@@ -63,6 +63,19 @@ impl Verdict {
         }
     }
 
+    /// Its stable name, for JSON (`still-fails`, `fails-differently`,
+    /// `now-passes`, `passes`, `regressed`, `trace-moved`).
+    fn name(&self) -> &'static str {
+        match self {
+            Verdict::StillFails => "still-fails",
+            Verdict::FailsDifferently(_) => "fails-differently",
+            Verdict::NowPasses => "now-passes",
+            Verdict::Passes => "passes",
+            Verdict::Regressed(_) => "regressed",
+            Verdict::TraceMoved { .. } => "trace-moved",
+        }
+    }
+
     /// 0: the run passes; 1: it fails; 4: it passes, off its pinned hash.
     fn exit_code(&self) -> i32 {
         match self {
@@ -140,20 +153,23 @@ pub fn run(args: ReplayArgs, engines: &crate::Engines) -> Result<i32, String> {
             return Ok(verdict.exit_code());
         }
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&outcome).expect("outcome serializes"));
-    } else {
-        print_outcome(&outcome);
-        print_pictures(&outcome, &pictures);
-    }
     let mut failed: Vec<String> = outcome.violations.iter().map(|v| v.invariant.clone()).collect();
     failed.sort();
     failed.dedup();
     let verdict = Verdict::of(&entry, &failed, &outcome.trace_hash);
     let line = verdict.say(&entry, &args.file);
     if args.json {
+        // The outcome, and what it means for the entry: a script reads the
+        // verdict here rather than from the exit code alone.
+        let mut json = serde_json::to_value(&outcome).expect("outcome serializes");
+        json["verdict"] = serde_json::json!(verdict.name());
+        json["verdict_says"] = serde_json::json!(line);
+        json["exit_code"] = serde_json::json!(verdict.exit_code());
+        println!("{json}");
         eprintln!("{line}");
     } else {
+        print_outcome(&outcome);
+        print_pictures(&outcome, &pictures);
         println!("{line}");
     }
     if args.pin_pass {
