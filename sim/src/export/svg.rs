@@ -987,11 +987,15 @@ fn draw_violations(svg: &mut Svg, scale: &Scale, w: &Worker, (placed, attempt_to
         let title = violation_text(*i, v);
         let style = format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#);
         let owner = v.process.as_deref().and_then(parse_process).and_then(|(p, inc)| inc.map(|i| (p, i)));
-        let row = placed.iter().find(|p| {
-            Some(p.key.1) == v.task
-                && (v.attempt.is_none() || Some(p.key.2) == v.attempt)
-                && owner.is_none_or(|(proc, inc)| p.key.0 == Owner { proc, incarnation: inc })
-        });
+        // The attempt it names, or (naming only its task) the task's last here.
+        let row = placed
+            .iter()
+            .filter(|p| {
+                Some(p.key.1) == v.task
+                    && (v.attempt.is_none() || Some(p.key.2) == v.attempt)
+                    && owner.is_none_or(|(proc, inc)| p.key.0 == Owner { proc, incarnation: inc })
+            })
+            .max_by_key(|p| (p.key.2, p.key.0));
         match row {
             Some(p) => {
                 let y = attempt_top + p.row as f64 * ATTEMPT_H;
@@ -1327,12 +1331,13 @@ fn attempt_label(svg: &mut Svg, scale: &Scale, p: &Placed, y: f64, flagged: bool
     if p.label_at == LabelAt::Inside {
         let lease = p.spans.lease.iter().max_by(|a, b| (a.end_ms - a.start_ms).cmp(&(b.end_ms - b.start_ms)));
         let x = lease.map_or(p.x0, |s| scale.x(s.start_ms)) + 2.0;
-        let fill = match lease.map(|s| s.cut) {
-            _ if flagged => "#ffd6d6",
-            Some(Cut::Reclaimed) => "#0b2a55",
-            _ => "#ffffff",
+        // Dark on a pale (taken away) bar, light on a dark one.
+        let fill = match (flagged, lease.map(|s| s.cut)) {
+            (true, Some(Cut::Reclaimed)) => VIOLATION,
+            (true, _) => "#ffd6d6",
+            (false, Some(Cut::Reclaimed)) => "#0b2a55",
+            (false, _) => "#ffffff",
         };
-        let fill = if flagged && lease.is_some_and(|s| s.cut == Cut::Reclaimed) { VIOLATION } else { fill };
         svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}"{weight}"#), &label, Some(&title));
     } else {
         let x = if p.label_at == LabelAt::After { p.x1 + 2.0 } else { p.room.0 + 1.0 };
