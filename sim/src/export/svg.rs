@@ -297,7 +297,10 @@ fn draw_labels(svg: &mut Svg, labels: &[Label], rows: &[usize], top: f64) {
 /// The violations drawn in a worker's lane (those naming a process that has
 /// one, or a task whose attempts a lane holds), by process, and those of
 /// the whole run; each with its index.
-type ByLane<'a> = (BTreeMap<ProcId, Vec<(usize, &'a Violation)>>, Vec<(usize, &'a Violation)>);
+type ByLane<'a> = (ByProc<'a>, Vec<(usize, &'a Violation)>);
+
+/// Violations by the worker lane they are drawn in, each with its index.
+type ByProc<'a> = BTreeMap<ProcId, Vec<(usize, &'a Violation)>>;
 
 /// The run as a static SVG timeline.
 pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
@@ -384,7 +387,7 @@ fn lane_of(tl: &Timeline, v: &Violation) -> Option<ProcId> {
 
 /// The violations inside the window, by the lane they are drawn in.
 fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation], scale: &Scale) -> ByLane<'a> {
-    let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
+    let mut by_proc: ByProc = BTreeMap::new();
     let mut unowned = Vec::new();
     for (i, v) in violations.iter().enumerate().filter(|(_, v)| scale.shows(v.at_ms)) {
         match lane_of(tl, v) {
@@ -450,12 +453,7 @@ fn run_band(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Vio
 /// Every lane, top to bottom, in a buffer of its own, then the links
 /// between each task's attempts across lanes; returns it and the y under
 /// the last lane.
-fn lanes(
-    tl: &Timeline,
-    scale: &Scale,
-    (by_proc, violations): (&BTreeMap<ProcId, Vec<(usize, &Violation)>>, &[Violation]),
-    top: f64,
-) -> (Svg, f64) {
+fn lanes(tl: &Timeline, scale: &Scale, (by_proc, violations): (&ByProc, &[Violation]), top: f64) -> (Svg, f64) {
     let mut lanes = Svg { out: String::with_capacity(64 * 1024) };
     let mut shade = false;
     let mut y = world_lane(&mut lanes, tl, scale, top, shade);
