@@ -334,12 +334,12 @@ fn clamp_window(window_ms: Option<(u64, u64)>, end_ms: u64) -> (Scale, Option<St
     if from_ms < end_ms {
         return (Scale { from_ms, to_ms: to_ms.min(end_ms).max(from_ms + 1) }, None);
     }
-    let width_ms = to_ms.saturating_sub(from_ms).max(1);
-    let scale = Scale { from_ms: end_ms.saturating_sub(width_ms), to_ms: end_ms };
-    let note = format!(
-        "the window asked for starts at {} ms, after the run's end at {end_ms} ms: its last {width_ms} ms are drawn",
-        from_ms
-    );
+    // Its width, within the run's (an open end, `--from` alone, is the run's).
+    let width_ms = to_ms.saturating_sub(from_ms).clamp(1, end_ms);
+    let scale = Scale { from_ms: end_ms - width_ms, to_ms: end_ms };
+    let drawn = if width_ms == end_ms { "the whole run".to_string() } else { format!("its last {width_ms} ms") };
+    let note =
+        format!("the window asked for starts at {from_ms} ms, after the run's end at {end_ms} ms: {drawn} is drawn");
     (scale, Some(note))
 }
 
@@ -1506,6 +1506,10 @@ mod tests {
         assert_well_formed(&past);
         assert!(past.contains("after the run&apos;s end at 10000 ms"), "the picture says the window moved");
         assert!(past.contains(">0 s<") && past.contains(">10 s<"), "its width is kept, within the run");
+        let from_alone = svg_timeline_window(&history(), &violations(), "w", Some((30_000, u64::MAX)));
+        assert!(from_alone.contains("10000 ms: the whole run is drawn"), "an open end is the run's width");
+        let narrow = svg_timeline_window(&history(), &violations(), "w", Some((12_000, 14_000)));
+        assert!(narrow.contains("its last 2000 ms is drawn") && narrow.contains("window 8.000 s to 10.000 s"));
     }
 
     #[test]
