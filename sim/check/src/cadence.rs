@@ -546,5 +546,14 @@ mod tests {
             healed().at(11_000).answer(W, repair(), Response::Released { tasks: 0 }, vec![], &[])
                 .at(16_000).killed(o(1, 1)).at(30_000).end().build()
             => LATE;
+        // An exit (no one killed it) is judged as a kill.
+        an_exited_process_owes_no_pass:
+            healed().at(11_000).answer(W, repair(), Response::Released { tasks: 0 }, vec![], &[])
+                .at(14_000).exited(o(1, 1)).at(30_000).end().build()
+            => PASS;
+        a_process_exited_after_a_missed_pass:
+            healed().at(11_000).answer(W, repair(), Response::Released { tasks: 0 }, vec![], &[])
+                .at(16_000).exited(o(1, 1)).at(30_000).end().build()
+            => LATE;
     }
 }

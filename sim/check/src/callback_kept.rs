@@ -279,6 +279,8 @@ mod tests {
             completed(false).at(5_000).heartbeat(o(1, 1)).build() => &[(NAME, Some(1))];
         a_callback_lost_to_a_kill_is_excused:
             completed(false).at(300).killed(o(1, 1)).build() => PASS;
+        a_callback_lost_to_an_exit_is_excused_as_to_a_kill:
+            completed(false).at(300).exited(o(1, 1)).build() => PASS;
         a_retry_refused_after_the_commit_loses_the_callback:
             // The first answer is lost; the retry at 400 ms is refused.
             retried_after_a_lost_answer().at(5_000).heartbeat(o(1, 1)).build()

@@ -1238,6 +1238,12 @@ mod tests {
         // Every commit of the store is a mark; its lane is not empty.
         assert!(drawn("<title>") > grants * 3, "{scenario}: marks beyond the leases");
         assert!(svg.contains(">created ("), "{scenario}: store commits drawn");
+        // The trace is drawn from the same timeline.
+        let trace: serde_json::Value =
+            serde_json::from_str(&super::chrome_trace(&result.history, &outcome.violations)).expect("JSON");
+        let events = trace["traceEvents"].as_array().expect("events");
+        let spans = |cat: &str| events.iter().filter(|e| e["ph"] == "X" && e["cat"] == cat).count();
+        assert_eq!((spans("lease"), spans("execution")), (grants, bodies), "{scenario}: the trace's spans");
         [grants, bodies, exits, kills]
     }
 

@@ -297,7 +297,10 @@ fn draw_labels(svg: &mut Svg, labels: &[Label], rows: &[usize], top: f64) {
 /// The violations drawn in a worker's lane (those naming a process that has
 /// one, or a task whose attempts a lane holds), by process, and those of
 /// the whole run; each with its index.
-type ByLane<'a> = (BTreeMap<ProcId, Vec<(usize, &'a Violation)>>, Vec<(usize, &'a Violation)>);
+type ByLane<'a> = (ByProc<'a>, Vec<(usize, &'a Violation)>);
+
+/// Violations by the worker lane they are drawn in, each with its index.
+type ByProc<'a> = BTreeMap<ProcId, Vec<(usize, &'a Violation)>>;
 
 /// The run as a static SVG timeline.
 pub fn svg_timeline(history: &[Record], violations: &[Violation], title: &str) -> String {
@@ -331,12 +334,12 @@ fn clamp_window(window_ms: Option<(u64, u64)>, end_ms: u64) -> (Scale, Option<St
     if from_ms < end_ms {
         return (Scale { from_ms, to_ms: to_ms.min(end_ms).max(from_ms + 1) }, None);
     }
-    let width_ms = to_ms.saturating_sub(from_ms).max(1);
-    let scale = Scale { from_ms: end_ms.saturating_sub(width_ms), to_ms: end_ms };
-    let note = format!(
-        "the window asked for starts at {} ms, after the run's end at {end_ms} ms: its last {width_ms} ms are drawn",
-        from_ms
-    );
+    // Its width, within the run's (an open end, `--from` alone, is the run's).
+    let width_ms = to_ms.saturating_sub(from_ms).clamp(1, end_ms);
+    let scale = Scale { from_ms: end_ms - width_ms, to_ms: end_ms };
+    let drawn = if width_ms == end_ms { "the whole run".to_string() } else { format!("its last {width_ms} ms") };
+    let note =
+        format!("the window asked for starts at {from_ms} ms, after the run's end at {end_ms} ms: {drawn} is drawn");
     (scale, Some(note))
 }
 
@@ -384,7 +387,7 @@ fn lane_of(tl: &Timeline, v: &Violation) -> Option<ProcId> {
 
 /// The violations inside the window, by the lane they are drawn in.
 fn by_lane<'a>(tl: &Timeline, violations: &'a [Violation], scale: &Scale) -> ByLane<'a> {
-    let mut by_proc: BTreeMap<ProcId, Vec<(usize, &Violation)>> = BTreeMap::new();
+    let mut by_proc: ByProc = BTreeMap::new();
     let mut unowned = Vec::new();
     for (i, v) in violations.iter().enumerate().filter(|(_, v)| scale.shows(v.at_ms)) {
         match lane_of(tl, v) {
@@ -450,12 +453,7 @@ fn run_band(svg: &mut Svg, tl: &Timeline, scale: &Scale, unowned: &[(usize, &Vio
 /// Every lane, top to bottom, in a buffer of its own, then the links
 /// between each task's attempts across lanes; returns it and the y under
 /// the last lane.
-fn lanes(
-    tl: &Timeline,
-    scale: &Scale,
-    (by_proc, violations): (&BTreeMap<ProcId, Vec<(usize, &Violation)>>, &[Violation]),
-    top: f64,
-) -> (Svg, f64) {
+fn lanes(tl: &Timeline, scale: &Scale, (by_proc, violations): (&ByProc, &[Violation]), top: f64) -> (Svg, f64) {
     let mut lanes = Svg { out: String::with_capacity(64 * 1024) };
     let mut shade = false;
     let mut y = world_lane(&mut lanes, tl, scale, top, shade);
@@ -987,11 +985,15 @@ fn draw_violations(svg: &mut Svg, scale: &Scale, w: &Worker, (placed, attempt_to
         let title = violation_text(*i, v);
         let style = format!(r#"stroke="{VIOLATION}" stroke-width="1.5""#);
         let owner = v.process.as_deref().and_then(parse_process).and_then(|(p, inc)| inc.map(|i| (p, i)));
-        let row = placed.iter().find(|p| {
-            Some(p.key.1) == v.task
-                && (v.attempt.is_none() || Some(p.key.2) == v.attempt)
-                && owner.is_none_or(|(proc, inc)| p.key.0 == Owner { proc, incarnation: inc })
-        });
+        // The attempt it names, or (naming only its task) the task's last here.
+        let row = placed
+            .iter()
+            .filter(|p| {
+                Some(p.key.1) == v.task
+                    && (v.attempt.is_none() || Some(p.key.2) == v.attempt)
+                    && owner.is_none_or(|(proc, inc)| p.key.0 == Owner { proc, incarnation: inc })
+            })
+            .max_by_key(|p| (p.key.2, p.key.0));
         match row {
             Some(p) => {
                 let y = attempt_top + p.row as f64 * ATTEMPT_H;
@@ -1327,12 +1329,13 @@ fn attempt_label(svg: &mut Svg, scale: &Scale, p: &Placed, y: f64, flagged: bool
     if p.label_at == LabelAt::Inside {
         let lease = p.spans.lease.iter().max_by(|a, b| (a.end_ms - a.start_ms).cmp(&(b.end_ms - b.start_ms)));
         let x = lease.map_or(p.x0, |s| scale.x(s.start_ms)) + 2.0;
-        let fill = match lease.map(|s| s.cut) {
-            _ if flagged => "#ffd6d6",
-            Some(Cut::Reclaimed) => "#0b2a55",
-            _ => "#ffffff",
+        // Dark on a pale (taken away) bar, light on a dark one.
+        let fill = match (flagged, lease.map(|s| s.cut)) {
+            (true, Some(Cut::Reclaimed)) => VIOLATION,
+            (true, _) => "#ffd6d6",
+            (false, Some(Cut::Reclaimed)) => "#0b2a55",
+            (false, _) => "#ffffff",
         };
-        let fill = if flagged && lease.is_some_and(|s| s.cut == Cut::Reclaimed) { VIOLATION } else { fill };
         svg.text(x, y + 8.5, 8.0, &format!(r#"fill="{fill}"{weight}"#), &label, Some(&title));
     } else {
         let x = if p.label_at == LabelAt::After { p.x1 + 2.0 } else { p.room.0 + 1.0 };
@@ -1503,6 +1506,10 @@ mod tests {
         assert_well_formed(&past);
         assert!(past.contains("after the run&apos;s end at 10000 ms"), "the picture says the window moved");
         assert!(past.contains(">0 s<") && past.contains(">10 s<"), "its width is kept, within the run");
+        let from_alone = svg_timeline_window(&history(), &violations(), "w", Some((30_000, u64::MAX)));
+        assert!(from_alone.contains("10000 ms: the whole run is drawn"), "an open end is the run's width");
+        let narrow = svg_timeline_window(&history(), &violations(), "w", Some((12_000, 14_000)));
+        assert!(narrow.contains("its last 2000 ms is drawn") && narrow.contains("window 8.000 s to 10.000 s"));
     }
 
     #[test]
