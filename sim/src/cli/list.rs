@@ -91,7 +91,7 @@ fn as_json(known: &crate::Engines) -> Value {
         .collect();
     let engines: Vec<Value> = known
         .known()
-        .into_iter()
+        .iter()
         .map(|adapter| {
             let mut e = json!({ "name": adapter.name(), "about": adapter.about() });
             if let Ok(engine) = adapter.configure(&toml::Table::new()) {

@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod ranges;
 pub mod runner;
 pub mod scenario;
+pub mod self_check;
 pub mod world;
 
 /// The checkers, which judge records alone (their own crate).

@@ -221,6 +221,9 @@ fn run_watched<T: Send + 'static>(
                 // The runtime is dropped first: its nodes and their tasks
                 // are freed before the (long) judgement.
                 drop(rt);
+                // A history the harness itself recorded wrong makes every
+                // verdict drawn from it meaningless: the run fails here.
+                crate::self_check::assert_history(&world.history);
                 after(&owned_spec, world)
             }));
             let _ = tx.send(result.map_err(|payload| match payload.downcast_ref::<crate::history::LimitExceeded>() {
