@@ -11,7 +11,7 @@ use super::{fact, Checker, Ctx, Violation};
 use leasesim_vocab::history::Record;
 use leasesim_vocab::ids::{IndexId, TaskId};
 use leasesim_vocab::promise::Capabilities;
-use leasesim_vocab::task::TaskKind;
+use leasesim_vocab::task::{TaskKind, TaskState};
 use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact};
 use std::collections::BTreeSet;
 
@@ -46,11 +46,15 @@ impl Materialization {
             return;
         }
         self.bound_judged = true;
+        // A build that died (its retry budget spent, or a fatal error) owes
+        // no index: the engine promises death there, and `retry-budget`
+        // judges whether the death came when it should. Another build of
+        // the same index still owes it.
         let builds: Vec<(IndexId, TaskId, u64)> = ctx
             .view
             .tasks
             .values()
-            .filter(|t| t.kind() == TaskKind::IndexBuild && t.created_ms < heal)
+            .filter(|t| t.kind() == TaskKind::IndexBuild && t.created_ms < heal && t.row.state != TaskState::Dead)
             .filter_map(|t| t.row.spec.index.map(|i| (i, t.row.id, t.created_ms)))
             .collect();
         for (index, task, created_ms) in builds {
@@ -179,6 +183,27 @@ mod tests {
                 .at(1_000).heal()
                 .at(4_001).end().build()
             => &[(NAME, Some(1))];
+        // a-large-node guided seed 6607877445632962563: write-conflict
+        // faults failed every attempt of t11, its budget ran out and it
+        // died before the heal; the checker still owed its index.
+        dead_build_owes_no_index_passes:
+            H::new().up(o(1, 1)).created_index(1, 7)
+                .attempt_body(10, 1, 1, o(1, 1), false).failed(1, 1, o(1, 1), 1, Some(1_110)).unpermit(o(1, 1), 1, 1)
+                .attempt_body(1_110, 1, 2, o(1, 1), false).failed(1, 2, o(1, 1), 2, Some(3_210)).unpermit(o(1, 1), 1, 2)
+                .attempt_body(3_210, 1, 3, o(1, 1), false).failed(1, 3, o(1, 1), 3, None).unpermit(o(1, 1), 1, 3)
+                .at(4_000).heal()
+                .at(8_000).end().build()
+            => PASS;
+        index_whose_other_build_lives_is_owed:
+            H::new().up(o(1, 1)).created_index(1, 7)
+                .attempt_body(10, 1, 1, o(1, 1), false).failed(1, 1, o(1, 1), 1, Some(1_110)).unpermit(o(1, 1), 1, 1)
+                .attempt_body(1_110, 1, 2, o(1, 1), false).failed(1, 2, o(1, 1), 2, Some(3_210)).unpermit(o(1, 1), 1, 2)
+                .attempt_body(3_210, 1, 3, o(1, 1), false).failed(1, 3, o(1, 1), 3, None).unpermit(o(1, 1), 1, 3)
+                .created_index(2, 7)
+                .at(3_400).grant(2, 1, o(1, 1)).permit(o(1, 1), 2, 1).started(2, 1, o(1, 1))
+                .at(4_000).heal()
+                .at(8_000).end().build()
+            => &[(NAME, Some(2))];
         fresh_index_answers_materialized_passes:
             H::new().up(o(1, 1)).at(100).heal()
                 .at(1_100).created_index(1, 7).attempt_ok(1_200, 1, 1, o(1, 1))
