@@ -86,6 +86,7 @@ fn shrinking_keeps_the_failure_and_makes_the_case_smaller() {
         invariant: entry.expect.clone(),
         budget: 120,
         runs: 0,
+        progress: false,
     };
     assert!(shrinker.fails(&case), "the saved failure reproduces");
     let before = case.size();
@@ -295,4 +296,24 @@ fn list_as_json_names_everything_there_is() {
     for s in list["scenarios"].as_array().unwrap() {
         assert!(s["engine"].is_string(), "a scenario without its engine: {s}");
     }
+}
+
+/// `shrink` says how it goes on stderr while it runs (it takes minutes):
+/// each smaller case that still fails, and a line every few runs.
+#[test]
+fn shrink_reports_its_progress() {
+    let entry = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus/b-machines-fenced-completion-unfenced-completion-seed10.toml");
+    let dir = std::env::temp_dir().join(format!("leasesim-shrink-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    let out = Command::new(env!("CARGO_BIN_EXE_leasesim"))
+        .args(["shrink", entry.to_str().expect("utf-8"), "--budget", "30", "--out", dir.to_str().expect("utf-8")])
+        .output()
+        .expect("run leasesim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("shrink: run ")).collect();
+    assert!(lines.iter().any(|l| l.contains("still fails with")), "no progress line: {stderr}");
+    assert!(lines.len() >= 2, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

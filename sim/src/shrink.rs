@@ -27,6 +27,16 @@ pub struct Size {
     pub sim_seconds: u64,
 }
 
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} fault events, {} tasks, {} processes, {} simulated s",
+            self.fault_events, self.tasks, self.processes, self.sim_seconds
+        )
+    }
+}
+
 impl Case {
     /// Tasks the workload asks for (pipelines count their stages).
     pub fn tasks(&self) -> u64 {
@@ -53,7 +63,13 @@ pub struct Shrinker {
     pub invariant: String,
     pub budget: usize,
     pub runs: usize,
+    /// Say on stderr how it goes: each smaller case that still fails, and
+    /// every [`PROGRESS_EVERY`] runs (a shrink takes minutes).
+    pub progress: bool,
 }
+
+/// Runs between two progress lines when nothing smaller was found.
+pub const PROGRESS_EVERY: usize = 25;
 
 impl Shrinker {
     /// Does this case still violate the invariant?
@@ -71,10 +87,15 @@ impl Shrinker {
         let spec = RunSpec::new(Arc::new(case.scenario.clone()), case.scenario.name.clone(), self.seed)
             .with_plan(PlanSource::Explicit(case.plan.clone()))
             .with_defects(self.defects.iter());
-        match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
+        let still = match runner::run_seed(&spec, runner::DEFAULT_WATCHDOG) {
             Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
             Err(e) => e.kind() == self.invariant,
+        };
+        if self.progress && (still || self.runs % PROGRESS_EVERY == 0) {
+            let what = if still { format!("still fails with {}", case.size()) } else { "trying smaller cases".into() };
+            eprintln!("shrink: run {} of at most {}: {what}", self.runs, self.budget);
         }
+        still
     }
 
     /// What `case` reports for the invariant (its first violation's message),

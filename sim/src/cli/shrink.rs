@@ -19,10 +19,7 @@ pub struct ShrinkArgs {
 }
 
 fn show(s: Size) -> String {
-    format!(
-        "{} fault events, {} tasks, {} processes, {} simulated s",
-        s.fault_events, s.tasks, s.processes, s.sim_seconds
-    )
+    s.to_string()
 }
 
 /// Refuses, before any run, an `--out` that is not a folder taking files.
@@ -58,6 +55,7 @@ pub fn run(args: ShrinkArgs, engines: &crate::Engines) -> Result<i32, String> {
         invariant: entry.expect.clone(),
         budget: args.budget,
         runs: 0,
+        progress: true,
     };
     println!("seed: {}", entry.seed);
     println!("shrinking {} (violates {})", args.file.display(), entry.expect);
