@@ -91,7 +91,7 @@ impl Shrinker {
             Ok(o) => o.violations.iter().any(|v| v.invariant == self.invariant),
             Err(e) => e.kind() == self.invariant,
         };
-        if self.progress && (still || self.runs % PROGRESS_EVERY == 0) {
+        if self.progress && (still || self.runs.is_multiple_of(PROGRESS_EVERY)) {
             let what = if still { format!("still fails with {}", case.size()) } else { "trying smaller cases".into() };
             eprintln!("shrink: run {} of at most {}: {what}", self.runs, self.budget);
         }
