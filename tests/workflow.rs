@@ -317,3 +317,66 @@ fn shrink_reports_its_progress() {
     assert!(lines.len() >= 2, "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The harness asserts that every plan it draws is one its scenario allows
+/// (`faults::within_limits`, checked inside `faults::draw`). The check
+/// itself: every drawn plan of every scenario passes, and a plan broken in
+/// each way is refused, naming the event and the limit.
+#[test]
+fn drawn_plans_stay_within_their_scenario_and_each_broken_limit_is_named() {
+    use leasesim_sim::faults::{self, FaultEvent, FaultKind, FaultPlan};
+    let engines = leasesim_sim::engines();
+    for name in leasesim_sim::scenario::builtin_names() {
+        let s = leasesim_sim::scenario::resolve(&name, &engines).expect("built in").scenario;
+        for seed in 0..200 {
+            let plan = faults::draw(seed, &s);
+            assert_eq!(faults::within_limits(&plan, &s), Ok(()), "{name} seed {seed}");
+        }
+    }
+    let mut s = leasesim_sim::scenario::resolve("swarm", &engines).expect("swarm").scenario;
+    s.faults.kinds.retain(|k| *k != FaultKind::StoreCrash);
+    s.faults.max_events_per_kind = 2;
+    let event =
+        |kind, for_ms, magnitude_ms| FaultEvent { kind, at_ms: 0, for_ms, proc: Some(1), rate: 0.5, magnitude_ms };
+    let pause = |for_ms| event(FaultKind::ProcessPause, for_ms, 0);
+    let limits = &s.faults;
+    let cases: Vec<(&str, Vec<FaultEvent>, Result<(), String>)> = vec![
+        ("within every limit", vec![pause(1_000), pause(limits.max_pause_ms)], Ok(())),
+        (
+            "a kind the scenario does not allow",
+            vec![FaultEvent { proc: None, ..event(FaultKind::StoreCrash, 1_000, 0) }],
+            Err("plan[0] (store-crash): the scenario does not allow this kind".into()),
+        ),
+        (
+            "one event too many of a kind",
+            vec![pause(1_000), pause(1_000), pause(1_000)],
+            Err("plan[2] (process-pause): event 3 of its kind, over max_events_per_kind 2".into()),
+        ),
+        (
+            "a pause past its limit",
+            vec![pause(limits.max_pause_ms + 1)],
+            Err(format!(
+                "plan[0] (process-pause): for_ms {} over its limit {}",
+                limits.max_pause_ms + 1,
+                limits.max_pause_ms
+            )),
+        ),
+        (
+            "a clock offset past its limit",
+            vec![event(FaultKind::ClockOffset, 0, -(limits.max_clock_offset_ms as i64) - 1)],
+            Err(format!(
+                "plan[0] (clock-offset): magnitude_ms {} over its limit {}",
+                -(limits.max_clock_offset_ms as i64) - 1,
+                limits.max_clock_offset_ms
+            )),
+        ),
+        (
+            "an event that is not valid at all",
+            vec![event(FaultKind::ProcessPause, 1_000, 0), FaultEvent { proc: Some(99), ..pause(1_000) }],
+            Err(format!("plan[1].proc: no worker p99 (workers are p1..p{})", s.topology.workers)),
+        ),
+    ];
+    for (what, events, want) in cases {
+        assert_eq!(faults::within_limits(&FaultPlan { events }, &s), want, "{what}");
+    }
+}

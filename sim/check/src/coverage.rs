@@ -56,6 +56,9 @@ macro_rules! points {
         $(pub const $id: PointId = PointId(Place::$id as u8);)+
         /// Every coverage point, in listing order.
         pub const POINTS: &[Point] = &[$(Point { name: $name, about: $about }),+];
+        // A run's reached points are the bits of one u64 (`PointId::bit`):
+        // a 65th point would wrap onto the first in a release build.
+        const _: () = assert!(POINTS.len() <= u64::BITS as usize, "more coverage points than bits in a u64");
     };
 }
 
@@ -135,10 +138,8 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         "clock-skew-against-lease" => caps.leases && caps.clock_seam,
         "long-poll-granted-to-absent-owner" => caps.long_polls,
         "repair-beside-healthy-lease" | "repair-at-expiry-ms" => caps.groups,
-        "dead-owner-task-released"
-        | "dead-owner-released-while-paused"
-        | "deregistered-holding-tasks"
-        | "live-owner-task-released" => caps.heartbeats,
+        "dead-owner-task-released" | "dead-owner-released-while-paused" | "live-owner-task-released" => caps.heartbeats,
+        "deregistered-holding-tasks" => caps.heartbeats && caps.deregistration,
         "orphan-released" | "same-owner-reclaim" => caps.orphan_recovery,
         "maintenance-pass-overdue" => caps.maintenance,
         "note-before-retry-time" => caps.peer_notes,

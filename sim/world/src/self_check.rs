@@ -7,12 +7,19 @@
 //! fails as a panic of its own ("harness invariant broken"), never as a
 //! finding against the engine.
 //!
+//! The tap, too: every row a commit reports changed was, just before it,
+//! what the last commit of that row said it became (or absent, for a row
+//! seen for the first time). The checkers' view is the fold of those
+//! commits, so this is the view agreeing with the store at every step,
+//! not only at the end (where `reconciliation` compares the two).
+//!
 //! Checked after every world, in release builds too: one pass over the
 //! history, far cheaper than judging it.
 
 use crate::history::{Entry, Fact, Record, WorldEvent};
-use leasesim_vocab::ids::{Fence, Owner, ProcId};
-use leasesim_vocab::truth::Reply;
+use leasesim_vocab::ids::{Fence, Owner, ProcId, StageRef, TaskId};
+use leasesim_vocab::task::{QueueId, QueueRow, Row, StageRow};
+use leasesim_vocab::truth::{Commit, Reply};
 use std::collections::BTreeMap;
 
 /// What the harness saw of one request at the store seam.
@@ -41,6 +48,40 @@ struct Shape {
     procs: BTreeMap<ProcId, (u32, bool)>,
     heals: u32,
     ends: u32,
+    /// The store's rows as the commits so far left them.
+    rows: Rows,
+}
+
+/// The fold of every commit the tap reported, row by row.
+#[derive(Default)]
+struct Rows {
+    tasks: BTreeMap<TaskId, Row>,
+    stages: BTreeMap<StageRef, StageRow>,
+    queues: BTreeMap<QueueId, QueueRow>,
+}
+
+impl Rows {
+    /// Applies `commit`; the name of each row whose `before` is not what
+    /// the earlier commits left.
+    fn apply(&mut self, commit: &Commit) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for c in &commit.tasks {
+            if self.tasks.insert(c.after.id, c.after.clone()) != c.before {
+                wrong.push(format!("task t{}", c.after.id));
+            }
+        }
+        for c in &commit.stages {
+            if self.stages.insert(c.stage, c.after.clone()) != c.before {
+                wrong.push(format!("stage {}.{}", c.stage.pipeline, c.stage.index));
+            }
+        }
+        for c in &commit.queues {
+            if self.queues.insert(c.queue, c.after.clone()) != c.before {
+                wrong.push(format!("queue q{}", c.queue));
+            }
+        }
+        wrong
+    }
 }
 
 /// Every way `history` breaks the harness's own invariants, in order (empty
@@ -107,6 +148,11 @@ impl Shape {
     }
 
     fn fact(&mut self, i: usize, f: &Fact) {
+        if let Fact::Answered { commit, .. } | Fact::Drift { commit } = f {
+            for row in self.rows.apply(commit) {
+                self.problems.push(format!("record {i}: {row} changed from a row the earlier commits did not leave"));
+            }
+        }
         match f {
             Fact::Arrived { req, .. } => self.requests.entry(*req).or_default().arrivals += 1,
             Fact::Answered { req, reply, .. } => {
@@ -183,8 +229,8 @@ mod tests {
     use crate::history::{Entry, Fact, Record, WorldEvent};
     use leasesim_vocab::ids::{Fence, Owner};
     use leasesim_vocab::op::{Op, Response};
-    use leasesim_vocab::task::{TaskError, TaskKind};
-    use leasesim_vocab::truth::{Commit, Reply, Sender};
+    use leasesim_vocab::task::{Row, TaskError, TaskKind, TaskSpec, TaskState};
+    use leasesim_vocab::truth::{Commit, Reply, Sender, TaskChange};
 
     const P1: Owner = Owner { proc: 1, incarnation: 1 };
     const T1: Fence = Fence { task: 1, attempt: 1, owner: P1 };
@@ -206,8 +252,22 @@ mod tests {
         f(at_ms, Fact::Answered { req, response: Response::Ack, commit: Commit::default(), reply })
     }
 
+    /// Task 1 as a commit leaves it: ready, or leased to p1.1.
+    fn row(leased: bool) -> Row {
+        let ready = Row::ready(1, TaskSpec::job(0));
+        match leased {
+            true => Row { state: TaskState::Leased, owner: Some(P1), attempt: 1, ..ready },
+            false => ready,
+        }
+    }
+
+    fn change(before: Option<Row>, after: Row) -> Commit {
+        Commit { tasks: vec![TaskChange { before, after }], ..Commit::default() }
+    }
+
     /// A well-formed run: a process up, a request answered late and
-    /// replied, a dropped request that never arrived, a body, a heal, the end.
+    /// replied, a dropped request that never arrived, a task created by a
+    /// drift and granted by a commit, a body, a heal, the end.
     fn valid() -> Vec<Record> {
         vec![
             w(0, WorldEvent::ProcessUp { owner: P1 }),
@@ -215,6 +275,17 @@ mod tests {
             answered(12, 1, Reply::Late),
             f(15, Fact::Replied { req: 1 }),
             f(16, Fact::Dropped { req: 2 }),
+            f(17, Fact::Drift { commit: change(None, row(false)) }),
+            arrived(18, 3),
+            f(
+                19,
+                Fact::Answered {
+                    req: 3,
+                    response: Response::Ack,
+                    commit: change(Some(row(false)), row(true)),
+                    reply: Reply::Sent,
+                },
+            ),
             f(20, Fact::BodyStarted { fence: T1, kind: TaskKind::Job, on: P1 }),
             f(30, Fact::BodyEnded { fence: T1, on: P1, error: None::<TaskError> }),
             w(40, WorldEvent::ProcessExited { owner: P1 }),
@@ -229,7 +300,7 @@ mod tests {
     #[test]
     fn each_broken_history_is_told_and_the_valid_one_passes() {
         type Break = fn(&mut Vec<Record>);
-        let cases: [(&str, Break, &[&str]); 9] = [
+        let cases: [(&str, Break, &[&str]); 12] = [
             ("valid", |_| {}, &[]),
             ("out of time order", |h| h[2].at_ms = 5, &["record 2 at 5 ms comes after one at 10 ms"]),
             (
@@ -242,31 +313,56 @@ mod tests {
             ),
             (
                 "a body ended twice",
-                |h| h.insert(7, f(31, Fact::BodyStopped { fence: T1, on: P1 })),
-                &["record 7: the body of t1#1@p1.1 ended on p1.1 without running there"],
+                |h| h.insert(10, f(31, Fact::BodyStopped { fence: T1, on: P1 })),
+                &["record 10: the body of t1#1@p1.1 ended on p1.1 without running there"],
             ),
             (
                 "one attempt's body run twice at once (the engine's bug, not the harness's)",
                 |h| {
-                    h.insert(6, f(21, Fact::BodyStarted { fence: T1, kind: TaskKind::Job, on: P1 }));
-                    h.insert(8, f(31, Fact::BodyStopped { fence: T1, on: P1 }));
+                    h.insert(9, f(21, Fact::BodyStarted { fence: T1, kind: TaskKind::Job, on: P1 }));
+                    h.insert(11, f(31, Fact::BodyStopped { fence: T1, on: P1 }));
                 },
                 &[],
             ),
             (
                 "an incarnation reused",
-                |h| h[8] = w(50, WorldEvent::ProcessUp { owner: P1 }),
-                &["record 8: p1.1 up after p1.1"],
+                |h| h[11] = w(50, WorldEvent::ProcessUp { owner: P1 }),
+                &["record 11: p1.1 up after p1.1"],
             ),
             (
                 "a kill of a process already gone",
-                |h| h.insert(8, w(45, WorldEvent::ProcessKilled { owner: P1 })),
-                &["record 8: p1.1 gone, but it was not the live incarnation"],
+                |h| h.insert(11, w(45, WorldEvent::ProcessKilled { owner: P1 })),
+                &["record 11: p1.1 gone, but it was not the live incarnation"],
             ),
             (
                 "a record after the end",
                 |h| h.push(w(80, WorldEvent::Heal)),
-                &["record 11 comes after the run's end", "1 ends and 2 heals in one run"],
+                &["record 14 comes after the run's end", "1 ends and 2 heals in one run"],
+            ),
+            (
+                "a commit from a row the tap never reported (the view would part from the store)",
+                |h| drop(h.remove(5)),
+                &["record 6: task t1 changed from a row the earlier commits did not leave"],
+            ),
+            (
+                "a commit from another row than the last commit left",
+                |h| {
+                    h[7] = f(
+                        19,
+                        Fact::Answered {
+                            req: 3,
+                            response: Response::Ack,
+                            commit: change(Some(row(true)), row(true)),
+                            reply: Reply::Sent,
+                        },
+                    )
+                },
+                &["record 7: task t1 changed from a row the earlier commits did not leave"],
+            ),
+            (
+                "a row created twice",
+                |h| h.insert(6, f(17, Fact::Drift { commit: change(None, row(false)) })),
+                &["record 6: task t1 changed from a row the earlier commits did not leave"],
             ),
             (
                 "a late reply without a late answer",

@@ -45,7 +45,60 @@ pub fn draw(seed: u64, scenario: &Scenario) -> FaultPlan {
         }
     }
     events.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then(a.kind.cmp(&b.kind)));
-    FaultPlan { events }
+    let plan = FaultPlan { events };
+    // A drawn plan outside its scenario's limits would test another world
+    // than the one the scenario describes: the harness's bug, not a finding.
+    if let Err(e) = within_limits(&plan, scenario) {
+        panic!("harness invariant broken: seed {seed} drew a plan outside its scenario's limits: {e}");
+    }
+    plan
+}
+
+/// Whether `plan` is one that [`draw`] may give for `scenario`: valid for
+/// its world, only kinds it allows, at most `max_events_per_kind` of each,
+/// and every span, offset and delay within the limit that kind is drawn
+/// under. The first event outside them, named, if any.
+pub fn within_limits(plan: &FaultPlan, s: &Scenario) -> Result<(), String> {
+    let limits = &s.faults;
+    plan.validate(s.topology.workers, s.phases.fault_phase_ms)?;
+    let mut per_kind = std::collections::BTreeMap::new();
+    for (i, e) in plan.events.iter().enumerate() {
+        let at = format!("plan[{i}] ({})", e.kind);
+        if !limits.kinds.contains(&e.kind) {
+            return Err(format!("{at}: the scenario does not allow this kind"));
+        }
+        let n = per_kind.entry(e.kind).or_insert(0u32);
+        *n += 1;
+        if *n > limits.max_events_per_kind {
+            return Err(format!(
+                "{at}: event {n} of its kind, over max_events_per_kind {}",
+                limits.max_events_per_kind
+            ));
+        }
+        let max_span_ms = match e.kind {
+            FaultKind::ProcessKill => limits.max_downtime_ms,
+            FaultKind::ProcessPause | FaultKind::MissedHeartbeat => limits.max_pause_ms,
+            FaultKind::Partition => limits.max_partition_ms,
+            FaultKind::StoreStall => limits.max_stall_ms,
+            FaultKind::StoreCrash => limits.max_store_downtime_ms,
+            FaultKind::ClockOffset => 0,
+            _ => limits.max_window_ms,
+        };
+        // A span is drawn between MIN_SPAN_MS and the limit; an offset has none.
+        let max_span_ms = if e.kind == FaultKind::ClockOffset { 0 } else { max_span_ms.max(MIN_SPAN_MS) };
+        if e.for_ms > max_span_ms {
+            return Err(format!("{at}: for_ms {} over its limit {max_span_ms}", e.for_ms));
+        }
+        let max_magnitude_ms = match e.kind {
+            FaultKind::ClockOffset => limits.max_clock_offset_ms,
+            FaultKind::StalePoll | FaultKind::MessageDelay => limits.max_delay_ms.max(MIN_DELAY_MS),
+            _ => u64::MAX,
+        };
+        if e.magnitude_ms != UNTIL_HEAL && e.magnitude_ms.unsigned_abs() > max_magnitude_ms {
+            return Err(format!("{at}: magnitude_ms {} over its limit {max_magnitude_ms}", e.magnitude_ms));
+        }
+    }
+    Ok(())
 }
 
 /// One event of `kind`, drawn within the scenario's limits.

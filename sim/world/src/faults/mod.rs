@@ -9,7 +9,7 @@
 mod draw;
 mod mutate;
 
-pub use draw::{draw, draw_one, MIN_DELAY_MS, MIN_SPAN_MS};
+pub use draw::{draw, draw_one, within_limits, MIN_DELAY_MS, MIN_SPAN_MS};
 pub use mutate::{aim, mutate};
 
 use serde::{Deserialize, Serialize};
