@@ -161,7 +161,9 @@ impl Shrinker {
         loop {
             let candidates = propose(&case);
             let Some(candidate) = candidates.into_iter().nth(i) else { return case };
-            if self.fails(&candidate) {
+            // A proposal that changes nothing (a count already at its
+            // floor) would "still fail" forever and spend the budget.
+            if candidate != case && self.fails(&candidate) {
                 case = candidate;
             } else {
                 i += 1;
@@ -258,5 +260,59 @@ fn smaller_world(case: &Case) -> Vec<Case> {
             out.push(with(&|s| s.phases.heal_phase_ms = heal_ms));
         }
     }
+    // A quiet end where the world has none (one pinned before quiet ends
+    // existed): its liveness phase then stops once the world has settled,
+    // as today's built-in scenarios do.
+    if p.quiet_end_ms.is_none() && p.heal_phase_ms >= 4 * QUIET_END_MIN_MS {
+        let quiet_ms = (p.heal_phase_ms / 5).clamp(QUIET_END_MIN_MS, QUIET_END_MAX_MS);
+        out.push(with(&|s| s.phases.quiet_end_ms = Some(quiet_ms)));
+    }
     out
+}
+
+/// The quiet period shrink gives a world without one: a fifth of its
+/// liveness phase, within these (the built-in scenarios use 60 s to 300 s).
+const QUIET_END_MIN_MS: u64 = 60_000;
+const QUIET_END_MAX_MS: u64 = 300_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn swarm() -> Case {
+        let scenario = crate::scenario::resolve("swarm", &crate::engines()).expect("swarm").scenario;
+        Case { scenario, plan: FaultPlan::none() }
+    }
+
+    /// A proposal equal to the case (a count already at its floor) is
+    /// never run: it would "still fail" on every pass and spend the whole
+    /// budget without shrinking anything (it once did, on B1's entry).
+    #[test]
+    fn a_proposal_that_changes_nothing_costs_no_run() {
+        let mut shrinker = Shrinker {
+            seed: 1,
+            defects: Vec::new(),
+            invariant: "fenced-completion".into(),
+            budget: 10,
+            runs: 0,
+            progress: false,
+        };
+        let case = swarm();
+        let same = shrinker.first_smaller(case.clone(), |c| vec![c.clone(), c.clone()]);
+        assert_eq!((same == case, shrinker.runs), (true, 0));
+    }
+
+    /// A world without a quiet end is offered one; a world with one is not
+    /// offered another.
+    #[test]
+    fn a_world_without_a_quiet_end_is_offered_one() {
+        let mut case = swarm();
+        case.scenario.phases.quiet_end_ms = None;
+        let quiet =
+            |c: &Case| smaller_world(c).iter().filter_map(|c| c.scenario.phases.quiet_end_ms).collect::<Vec<_>>();
+        let heal_ms = case.scenario.phases.heal_phase_ms;
+        assert_eq!(quiet(&case), [(heal_ms / 5).clamp(QUIET_END_MIN_MS, QUIET_END_MAX_MS)]);
+        case.scenario.phases.quiet_end_ms = Some(60_000);
+        assert!(quiet(&case).iter().all(|&q| q == 60_000), "{:?}", quiet(&case));
+    }
 }
