@@ -203,6 +203,20 @@ impl Entry {
         }
     }
 
+    /// Where this entry's pinned world differs from today's scenario of
+    /// the same name: the fields (dotted paths), in order. Empty when the
+    /// world is not pinned, or the name is no scenario today, or nothing
+    /// differs. A pinned world replays as it was saved, so a user who runs
+    /// the same seed with `cargo sim run` gets today's world instead.
+    pub fn pinned_world_drift(&self, engines: &crate::Engines) -> Vec<String> {
+        let Some(pinned) = &self.world else { return Vec::new() };
+        let Ok(today) = scenario::resolve(&self.scenario, engines) else { return Vec::new() };
+        let value = |s: &scenario::Scenario| serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+        let mut fields = Vec::new();
+        differing_fields("", &value(pinned), &value(&today.scenario), &mut fields);
+        fields
+    }
+
     /// The grouping key of a failure: the same bug found again has the same one.
     pub fn signature(&self) -> (String, String, Vec<String>) {
         (self.scenario.clone(), self.expect.clone(), self.defects.clone())
@@ -361,4 +375,22 @@ pub fn stem(entry: &Entry) -> String {
     parts.extend(entry.defects.iter().cloned());
     parts.push(format!("seed{}", entry.seed));
     parts.join("-")
+}
+
+/// The dotted paths where `a` and `b` differ: objects field by field, any
+/// other value (a list included) as a whole.
+fn differing_fields(at: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for key in keys {
+                let path = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+                let (va, vb) = (x.get(key).unwrap_or(&Value::Null), y.get(key).unwrap_or(&Value::Null));
+                differing_fields(&path, va, vb, out);
+            }
+        }
+        _ if a != b => out.push(at.to_string()),
+        _ => {}
+    }
 }

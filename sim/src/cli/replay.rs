@@ -113,6 +113,21 @@ impl Verdict {
     }
 }
 
+/// The entry replays the world pinned in it, not today's scenario of the
+/// same name: said, so that a user who runs the seed with `cargo sim run`
+/// knows why that run differs (a longer liveness phase, say).
+fn drift_line(entry: &Entry, fields: &[String]) -> String {
+    const SHOWN: usize = 6;
+    let mut named = fields.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if fields.len() > SHOWN {
+        named.push_str(&format!(" and {} more", fields.len() - SHOWN));
+    }
+    format!(
+        "world: pinned as it was saved; today's {} differs in {named} (`cargo sim run --scenario {} --seed {}` runs today's)",
+        entry.scenario, entry.scenario, entry.seed
+    )
+}
+
 /// `--pin-pass`: the entry again, now a passing regression with its hash.
 fn pin_pass(entry: &Entry, file: &std::path::Path, trace_hash: &str) -> Result<PathBuf, String> {
     let mut pinned = entry.clone();
@@ -143,6 +158,10 @@ pub fn run(args: ReplayArgs, engines: &crate::Engines) -> Result<i32, String> {
         );
         print_plan(&spec.fault_plan());
     }
+    let drift = entry.pinned_world_drift(engines);
+    if !drift.is_empty() && !args.json {
+        println!("{}", drift_line(&entry, &drift));
+    }
     let title = |o: &crate::outcome::Outcome| format!("{} seed {} ({})", o.scenario, o.seed, args.file.display());
     let (outcome, pictures) = match run_and_show(&spec, args.history.as_deref(), &args.pictures, title)? {
         Ok(shown) => shown,
@@ -165,6 +184,7 @@ pub fn run(args: ReplayArgs, engines: &crate::Engines) -> Result<i32, String> {
         json["verdict"] = serde_json::json!(verdict.name());
         json["verdict_says"] = serde_json::json!(line);
         json["exit_code"] = serde_json::json!(verdict.exit_code());
+        json["pinned_world_differs_in"] = serde_json::json!(drift);
         println!("{json}");
         eprintln!("{line}");
     } else {
