@@ -378,6 +378,9 @@ pub struct Capabilities {
     pub redelivery: bool,
     /// Periodic passes on a declared cadence ([`Promises::cadences`]).
     pub periodic_passes: bool,
+    /// A process tells the store it is leaving (deregisters) before it
+    /// exits, and the store keeps or frees what it held.
+    pub deregistration: bool,
 }
 
 impl Default for Capabilities {
@@ -414,6 +417,7 @@ impl Capabilities {
         fatal_errors: false,
         redelivery: false,
         periodic_passes: false,
+        deregistration: false,
     };
 
     /// Everything: the built-in engine.
@@ -439,6 +443,7 @@ impl Capabilities {
         fatal_errors: true,
         redelivery: true,
         periodic_passes: true,
+        deregistration: true,
     };
 
     /// Every capability by name, for `cargo sim list` and messages.
@@ -465,6 +470,7 @@ impl Capabilities {
             ("fatal-errors", self.fatal_errors),
             ("redelivery", self.redelivery),
             ("periodic-passes", self.periodic_passes),
+            ("deregistration", self.deregistration),
         ]
     }
 }

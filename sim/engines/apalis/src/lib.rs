@@ -125,8 +125,9 @@ impl Engine for Apalis {
     fn capabilities(&self) -> Capabilities {
         // Ownership by liveness alone. Not `clock_seam`: apalis reads the
         // wall clock, one for the whole world; not `redelivery`: commands
-        // travel on connections, never delivered twice.
-        Capabilities { heartbeats: true, ..Capabilities::NONE }
+        // travel on connections, never delivered twice. A worker deregisters
+        // as it stops.
+        Capabilities { heartbeats: true, deregistration: true, ..Capabilities::NONE }
     }
 
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {

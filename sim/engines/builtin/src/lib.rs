@@ -262,7 +262,7 @@ impl Engine for Builtin {
 
     fn capabilities(&self) -> Capabilities {
         // Everything the harness knows but named queues.
-        Capabilities { named_queues: false, ..Capabilities::ALL }
+        Capabilities { named_queues: false, deregistration: false, ..Capabilities::ALL }
     }
 
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {

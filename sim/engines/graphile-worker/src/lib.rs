@@ -167,6 +167,8 @@ impl Engine for Graphile {
             // Statements travel on connections: never delivered twice.
             redelivery: false,
             periodic_passes: false,
+            // A worker that stops deletes its own row (`WorkerDeregister`).
+            deregistration: true,
         }
     }
 
