@@ -97,6 +97,68 @@ impl Knobs {
         };
         format!("LEASESIM_SEED={seed} LEASESIM_SCENARIO={scenario}{defects} cargo test --release --test fuzz")
     }
+
+    /// What this test prints for one failing run: the line that replays it
+    /// here, then the campaign's lines for it (its `FAIL` line, where it
+    /// was saved).
+    fn failure_block(&self, scenario: &str, run: &leasesim_sim::Run) -> Vec<String> {
+        let mut lines = vec![self.replay_line(scenario, run.seed)];
+        lines.extend(run.failure_lines().iter().map(|detail| format!("  {detail}")));
+        lines
+    }
+}
+
+/// README.md shows what this test prints for the first failure of the
+/// README's example command. The block is regenerated here, never copied
+/// by hand: `LEASESIM_UPDATE_README=1 cargo test --test fuzz readme`
+/// writes what the test prints today into README.md.
+#[test]
+fn the_readme_example_is_what_this_test_prints() {
+    let command = [
+        "$ LEASESIM_DEFECT=unfenced-completion LEASESIM_SCENARIO=b-machines LEASESIM_SEEDS=100 \\",
+        "    cargo test --release --test fuzz",
+    ];
+    let vars =
+        [("LEASESIM_DEFECT", "unfenced-completion"), ("LEASESIM_SCENARIO", "b-machines"), ("LEASESIM_SEEDS", "100")];
+    let knobs = Knobs::read(|name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()));
+    let scratch = std::env::temp_dir().join(format!("leasesim-readme-example-{}", std::process::id()));
+    let name = &knobs.scenarios[0];
+    let (start, end) = knobs.seeds;
+    // The first failing seed, ten seeds at a time: the test prints
+    // failures in seed order.
+    let first = (start..end).step_by(10).find_map(|from| {
+        let seeds = from..(from + 10).min(end);
+        let campaign = Simulation::scenario(name).seeds(seeds).defects(knobs.defects.iter().copied());
+        let report = campaign.save_failures_in(&scratch).run();
+        let block = report.failures().next().map(|run| knobs.failure_block(name, run));
+        block
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    let first = first.expect("the README's example command finds a failure in its 100 seeds");
+    let scratch = scratch.to_str().expect("a UTF-8 temp dir");
+    let mut want: Vec<String> = command.iter().map(|l| l.to_string()).collect();
+    want.extend(first.iter().map(|l| l.replace(scratch, ".../target/leasesim-failures")));
+    want.push("...".into());
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let lines: Vec<&str> = readme.lines().collect();
+    let from = lines.iter().position(|l| *l == command[0]).expect("README.md shows the example command");
+    let to = from + lines[from..].iter().position(|l| *l == "```").expect("the example's block ends");
+    if lines[from..to] == want.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        return;
+    }
+    if std::env::var("LEASESIM_UPDATE_README").is_ok_and(|v| v == "1") {
+        let mut out: Vec<String> = lines[..from].iter().map(|l| l.to_string()).collect();
+        out.extend(want);
+        out.extend(lines[to..].iter().map(|l| l.to_string()));
+        std::fs::write(&path, out.join("\n") + "\n").expect("write README.md");
+        return;
+    }
+    panic!(
+        "README.md's example shows other lines than this test prints today; \
+         LEASESIM_UPDATE_README=1 cargo test --test fuzz readme writes these:\n{}",
+        want.join("\n")
+    );
 }
 
 #[test]
@@ -127,12 +189,10 @@ fn swarm_with_faults_on_every_builtin_scenario() {
             s.wall_seconds
         );
         for run in report.failures() {
-            let line = knobs.replay_line(name, run.seed);
-            println!("{line}");
-            for detail in run.failure_lines() {
-                println!("  {detail}");
+            for line in knobs.failure_block(name, run) {
+                println!("{line}");
             }
-            seed_lines.push(line);
+            seed_lines.push(knobs.replay_line(name, run.seed));
         }
     }
     assert!(

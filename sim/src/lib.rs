@@ -22,7 +22,7 @@ pub mod guided;
 pub mod mem;
 pub mod shrink;
 
-pub use api::{Report, Simulation};
+pub use api::{Report, Run, Simulation};
 /// The checkers, which judge records alone (their own crate).
 pub use leasesim_check as check;
 /// Ground truth, in the vocabulary every engine is described in.
