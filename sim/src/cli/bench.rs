@@ -7,58 +7,79 @@ use leasesim::defects::Defect;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to measure: `throughput` (runs/s, simulated seconds/s, events/s
-    /// and the cost per event, at 1 job and N jobs), `find`
-    /// (seeds needed to find each defect) or `coverage` (runs needed to first
-    /// reach the rarest coverage points, plain against guided) or `suite`
-    /// (all of speed, phases, memory, scaling and time to find, as one table
-    /// and a JSON file) or `compare` (this build against `--baseline`, side by
-    /// side) or `judge` (what each checker and the coverage points cost per
-    /// seed, over the same histories) or `false-alarms` (the correct
-    /// engine over a fresh random range of seeds of every built-in
-    /// scenario: runs, failures and the 95% bound they give; the range is
-    /// printed first so it replays). Example: bench suite
+    /// What to measure: one mode (each flag below names the modes it is for).
+    ///
+    /// `throughput`: runs/s, simulated seconds/s, events/s and the cost per
+    /// event, at 1 job and at --jobs.
+    ///
+    /// `find`: seeds needed to find each defect of the built-in engine.
+    ///
+    /// `coverage`: runs needed to first reach the rarest coverage points,
+    /// plain against guided.
+    ///
+    /// `suite`: speed, phases, memory, scaling and time to find, as tables
+    /// and a JSON file.
+    ///
+    /// `compare`: this build against --baseline, side by side.
+    ///
+    /// `judge`: what each checker and the coverage points cost per run, over
+    /// the same histories.
+    ///
+    /// `false-alarms`: the correct engine over a fresh random range of seeds
+    /// of every scenario of the built-in engine: runs, failures and the 95%
+    /// bound they give (the range is printed first, so it replays).
+    ///
+    /// Example: bench suite
     #[arg(value_parser = ["throughput", "find", "coverage", "suite", "compare", "judge", "false-alarms"])]
     pub what: String,
-    /// Throughput, judge and compare: a scenario, or (throughput and
-    /// compare) a group that runs every scenario of it per seed: `all` (the
-    /// built-in engine's), `graphile-all`, `apalis-all`. Example: --scenario graphile-all
+    /// Throughput, compare and judge: the scenario (a built-in name or a TOML
+    /// path), or for throughput and compare a group, each seed running every
+    /// scenario of it: `all` (every scenario of the built-in engine),
+    /// `graphile-all` (every graphile-worker scenario), `apalis-all` (every
+    /// apalis scenario); see `cargo sim list`. Judge takes one scenario.
+    /// Example: --scenario graphile-all
     #[arg(long, default_value = "swarm")]
     pub scenario: String,
-    /// Throughput: seeds per repeat (default 400; suite 100). Example: --seeds 400
+    /// Throughput, compare and suite: seeds per repeat, each run once per
+    /// scenario (default 400; compare 300; suite 100); judge: seeds profiled
+    /// (default 20); false-alarms: seeds of the fresh range (default 2000).
+    /// Example: --seeds 400
     #[arg(long)]
     pub seeds: Option<u64>,
-    /// Throughput: repeats, the median is reported (default 5; suite 3).
-    /// Example: --repeats 5
+    /// Throughput, compare, judge and suite: repeats, the median is reported
+    /// (default 5; suite 3). Example: --repeats 5
     #[arg(long)]
     pub repeats: Option<usize>,
-    /// Find: independent starting seeds per defect (default 20; suite 5).
-    /// Example: --starts 20
+    /// Find, coverage and suite: independent starting seeds per defect, or
+    /// per point for coverage (default 20; suite 5). Example: --starts 20
     #[arg(long)]
     pub starts: Option<u64>,
-    /// Find: give up after this many seeds from one start (default 1000;
-    /// suite 300). Example: --cap 1000
+    /// Find, coverage and suite: give up after this many seeds from one start
+    /// (default 1000; suite 300). Example: --cap 1000
     #[arg(long)]
     pub cap: Option<u64>,
-    /// Find: measure on this scenario instead of each defect's own system
-    /// (e.g. `swarm`). Example: --on swarm
+    /// Find: measure on this scenario instead of each defect's own (e.g.
+    /// `swarm`). Example: --on swarm
     #[arg(long)]
     pub on: Option<String>,
     /// Find: also measure guided campaigns (`fuzz --guided`), side by side;
     /// false-alarms: run the range guided. Example: --guided
     #[arg(long)]
     pub guided: bool,
-    /// Coverage: seeds of the plain reference campaign (over every built-in
-    /// scenario) that ranks the points by how often it reached them.
-    /// Example: --reference 500
+    /// Coverage: seeds of the plain reference campaign (each run once per
+    /// scenario of the built-in engine) that ranks the points by how often it
+    /// reached them. Example: --reference 500
     #[arg(long, default_value_t = 500)]
     pub reference: u64,
     /// Coverage: how many of the rarest points to measure. Example: --points 10
     #[arg(long, default_value_t = 10)]
     pub points: usize,
-    /// Find: only these defects (repeatable; default all).
-    #[command(flatten)]
-    pub defects: super::common::DefectArgs,
+    /// Find: only these defects of the built-in engine (repeatable; default
+    /// all; see `cargo sim list`). Example: --defect unfenced-completion
+    // Its parser (a switch of a known engine) is set where the engines are
+    // known (`cli::command`), by this id, `defects`.
+    #[arg(long = "defect", value_name = "NAME")]
+    pub defects: Vec<String>,
     /// False-alarms: start here instead of a fresh random start (to replay
     /// a measurement). Example: --seed-start 4153377261544070146
     #[arg(long)]
@@ -67,10 +88,13 @@ pub struct BenchArgs {
     /// overwritten; default target/leasesim-failures). Example: --save /tmp/false-alarms
     #[arg(long, value_name = "DIR")]
     pub save: Option<std::path::PathBuf>,
-    /// Jobs (default: one per core). Example: --jobs 2
+    /// Every mode but judge: runs at once (default: one per core);
+    /// throughput and compare measure at 1 job and at this many.
+    /// Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Print JSON lines instead of a table. Example: --json
+    /// Throughput, find, coverage, judge and false-alarms: print JSON lines
+    /// instead of a table (suite writes its JSON to --out). Example: --json
     #[arg(long)]
     pub json: bool,
     /// Compare: another build of the CLI (e.g. a release build of an older
@@ -93,7 +117,8 @@ pub struct BenchArgs {
     /// after --rss-early-seeds. Example: --rss-seeds 10000
     #[arg(long, default_value_t = 10_000)]
     pub rss_seeds: u64,
-    /// Suite: the early memory milestone. Example: --rss-early-seeds 1000
+    /// Suite: the early memory milestone, in seeds of the memory campaign.
+    /// Example: --rss-early-seeds 1000
     #[arg(long, default_value_t = 1_000)]
     pub rss_early_seeds: u64,
 }
@@ -153,7 +178,7 @@ fn false_alarms(args: &BenchArgs, jobs: usize) -> Result<i32, String> {
     };
     let mode = if args.guided { " --guided" } else { "" };
     // First, so an interrupted measurement still replays.
-    eprintln!("fresh range: seeds {start}..={} of every built-in scenario{mode}", start + (seeds - 1));
+    eprintln!("fresh range: seeds {start}..={} of every scenario of the built-in engine{mode}", start + (seeds - 1));
     let save = args.save.clone().unwrap_or_else(|| std::path::PathBuf::from(crate::corpus::FAILURES_DIR));
     let m = measure(start, seeds, args.guided, jobs, &save)?;
     let line = serde_json::to_string(&m).expect("serializes");
@@ -257,25 +282,31 @@ fn judge(args: &BenchArgs, e: &crate::Engines) -> Result<i32, String> {
 /// Seeds needed to find each defect, as a table (or JSON lines).
 fn find(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String> {
     let (starts, cap) = find_sizes(args);
-    let defects: Vec<Defect> = if args.defects.defects.is_empty() {
+    let defects: Vec<Defect> = if args.defects.is_empty() {
         Defect::ALL.to_vec()
     } else {
         let built_in = |name: &String| {
             Defect::from_name(name)
                 .ok_or_else(|| format!("--defect {name}: bench find measures the built-in engine's defects"))
         };
-        args.defects.defects.iter().map(built_in).collect::<Result<_, _>>()?
+        args.defects.iter().map(built_in).collect::<Result<_, _>>()?
     };
     let modes: &[bench::Mode] =
         if args.guided { &[bench::Mode::Plain, bench::Mode::Guided] } else { &[bench::Mode::Plain] };
-    if !args.json {
-        println!("| defect | scenario | invariant | mode | found | median seeds to find | min..max |");
-        println!("|---|---|---|---|---|---|---|");
-    }
+    // Every defect's scenario, checked before the table starts: bad input is
+    // one line on stderr, not a table cut short.
+    let mut measured = Vec::new();
     for defect in defects {
         let scenario = args.on.clone().unwrap_or_else(|| bench::home_scenario(defect).to_string());
         let target = targets(&scenario, e)?.remove(0);
         super::common::check_defects(std::slice::from_ref(&target), &[defect.name().to_string()])?;
+        measured.push((defect, target));
+    }
+    if !args.json {
+        println!("| defect | scenario | invariant | mode | found | median seeds to find | min..=max |");
+        println!("|---|---|---|---|---|---|---|");
+    }
+    for (defect, target) in measured {
         for &mode in modes {
             let r = bench::time_to_find(defect, &target, starts, cap, jobs, mode);
             if args.json {
@@ -284,7 +315,7 @@ fn find(args: &BenchArgs, jobs: usize, e: &crate::Engines) -> Result<i32, String
             }
             let found: Vec<u64> = r.seeds_needed.iter().flatten().copied().collect();
             let range = match (found.iter().min(), found.iter().max()) {
-                (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
+                (Some(lo), Some(hi)) => format!("{lo}..={hi}"),
                 _ => "-".into(),
             };
             println!(

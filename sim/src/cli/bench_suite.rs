@@ -34,7 +34,7 @@ pub fn tables(s: &Suite) -> String {
 fn speed(t: &mut String, s: &Suite) {
     let c = &s.config;
     let _ = writeln!(t, "Speed ({} seeds x {} repeats, medians; faults drawn per seed):\n", c.seeds, c.repeats);
-    let _ = writeln!(t, "| scenario | jobs | seeds/s | simulated s per wall s | events/s |");
+    let _ = writeln!(t, "| scenario | jobs | runs/s | simulated s per wall s | events/s |");
     let _ = writeln!(t, "|---|---|---|---|---|");
     for r in &s.throughput {
         let _ = writeln!(
@@ -50,7 +50,7 @@ fn speed(t: &mut String, s: &Suite) {
 }
 
 fn phases(t: &mut String, s: &Suite) {
-    let _ = writeln!(t, "\nWhere a seed's time goes (1 job, ms per seed, share of the total):\n");
+    let _ = writeln!(t, "\nWhere a run's time goes (1 job, ms per run, share of the total):\n");
     let _ = writeln!(t, "| scenario | world | recording | checkers |");
     let _ = writeln!(t, "|---|---|---|---|");
     for p in &s.phases {
@@ -84,7 +84,7 @@ fn memory(t: &mut String, s: &Suite) {
 
 fn scaling(t: &mut String, s: &Suite) {
     let _ = writeln!(t, "\nCost against workload size (swarm, every enqueued count multiplied; 1 job):\n");
-    let _ = writeln!(t, "| workload | tasks | ms per seed | µs per task | events per seed | simulated s per seed |");
+    let _ = writeln!(t, "| workload | tasks | ms per run | µs per task | events per run | simulated s per run |");
     let _ = writeln!(t, "|---|---|---|---|---|---|");
     for r in &s.scaling {
         let _ = writeln!(

@@ -10,8 +10,10 @@ use std::path::Path;
 
 #[derive(Args, Debug, Clone)]
 pub struct DefectArgs {
-    /// Turn on a defect switch of the scenario's engine that re-creates a
-    /// real bug (repeatable; see `cargo sim list`). Example: --defect unfenced-completion
+    /// Turn on a defect switch of the scenario's engine (of every scenario's,
+    /// for a group) that re-creates a real bug (repeatable; see `cargo sim
+    /// list`; another engine's switch is refused before any run).
+    /// Example: --defect unfenced-completion
     // Its parser (a switch of a known engine) is set where the engines are
     // known (`cli::command`).
     #[arg(long = "defect", value_name = "NAME")]
@@ -141,22 +143,48 @@ impl FaultsArg {
     }
 }
 
-/// `--scenario`: a built-in name, a TOML path, or `all` (every built-in).
+/// `--scenario`: a built-in name, a TOML path, or a group (`all`,
+/// `graphile-all`, `apalis-all`: see `group_members`).
 pub fn targets(arg: &str, engines: &crate::Engines) -> Result<Vec<Target>, String> {
-    let Some(group) = arg.strip_suffix("all") else {
+    let Some(names) = group_members(arg) else {
         return Ok(vec![Target::resolve(arg, engines)?]);
     };
-    // `all`: the built-in engine's scenarios; `PREFIX-all`: the scenarios
-    // whose name starts with `PREFIX-` (`graphile-all`), whatever engine.
-    let names = if group.is_empty() { scenario::builtin_engine_names() } else { scenario::builtin_names() };
     let mut targets = Vec::new();
-    for name in names.iter().filter(|n| n.starts_with(group)) {
+    for name in &names {
         targets.push(Target::resolve(name, engines)?);
     }
     if targets.is_empty() {
         return Err(format!("--scenario {arg}: no built-in scenario matches (see cargo sim list)"));
     }
     Ok(targets)
+}
+
+/// The built-in scenarios a group names, or `None` when `arg` is not a
+/// group: `all` is the built-in engine's scenarios; `PREFIX-all` the
+/// scenarios whose name starts with `PREFIX-` (`graphile-all`), whatever
+/// their engine.
+fn group_members(arg: &str) -> Option<Vec<String>> {
+    let group = arg.strip_suffix("all")?;
+    let names = if group.is_empty() { scenario::builtin_engine_names() } else { scenario::builtin_names() };
+    Some(names.into_iter().filter(|n| n.starts_with(group)).collect())
+}
+
+/// Every group `--scenario` takes (`fuzz`, `bench`) with its scenarios:
+/// `all`, then `PREFIX-all` for the name prefix of each other built-in
+/// scenario (`apalis-all`, `graphile-all`).
+pub fn groups() -> Vec<(String, Vec<String>)> {
+    let builtin_engine = scenario::builtin_engine_names();
+    let mut prefixes: Vec<String> = scenario::builtin_names()
+        .into_iter()
+        .filter(|name| !builtin_engine.contains(name))
+        .filter_map(|name| name.split_once('-').map(|(prefix, _)| prefix.to_string()))
+        .collect();
+    prefixes.sort();
+    prefixes.dedup();
+    std::iter::once("all".to_string())
+        .chain(prefixes.into_iter().map(|prefix| format!("{prefix}-all")))
+        .filter_map(|group| group_members(&group).map(|names| (group, names)))
+        .collect()
 }
 
 /// Every target's engine has every switch asked for: `--defect` names a

@@ -16,12 +16,15 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct FuzzArgs {
-    /// A built-in scenario, a scenario TOML path, or `all` (every built-in scenario).
-    /// Example: --scenario all
+    /// A built-in scenario name, a scenario TOML path, or a group: `all` (every
+    /// scenario of the built-in engine), `graphile-all` (every graphile-worker
+    /// scenario), `apalis-all` (every apalis scenario); `cargo sim list` names
+    /// each group's scenarios. Example: --scenario all
     #[arg(long)]
     pub scenario: String,
-    /// How many seeds: the range --seed-start .. --seed-start + N (each seed runs
-    /// against every scenario). Optional with --time. Example: --seeds 2000
+    /// How many seeds: seeds --seed-start to --seed-start + N - 1. Each seed
+    /// runs once per scenario: N seeds of a group of K scenarios are N x K
+    /// runs. Optional with --time. Example: --seeds 2000
     #[arg(long)]
     pub seeds: Option<u64>,
     /// The first seed of the range. Example: --seed-start 100000
@@ -40,15 +43,15 @@ pub struct FuzzArgs {
     /// for a signature DIR already has). Example: --save corpus/
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
-    /// Seeds run at once (default: one per core). Example: --jobs 2
+    /// Runs at once (default: one per core). Example: --jobs 2
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Print one JSON summary object on stdout instead of text (seeds,
+    /// Print one JSON summary object on stdout instead of text (runs,
     /// failures, fault_counts, checks, events, sim_seconds, wall_seconds, ...).
     /// Example: --json > summary.json
     #[arg(long)]
     pub json: bool,
-    /// Where each seed's fault plan comes from: `swarm` (drawn from the seed) or `none`.
+    /// Where each run's fault plan comes from: `swarm` (drawn from the seed) or `none`.
     /// Example: --faults none
     #[arg(long, value_enum, default_value_t = FaultsArg::Swarm)]
     pub faults: FaultsArg,
@@ -217,7 +220,7 @@ fn stop_on_signals() -> (Arc<AtomicBool>, Arc<AtomicBool>) {
             std::process::exit(EXIT_INTERRUPTED);
         }
         flag.store(true, Ordering::SeqCst);
-        eprintln!("\ninterrupted: finishing the seeds in flight; every failure found so far is kept");
+        eprintln!("\ninterrupted: finishing the runs in flight; every failure found so far is kept");
     });
     (stop, interrupted)
 }
@@ -266,13 +269,18 @@ fn campaign(args: &FuzzArgs, engines: &crate::Engines) -> Result<Campaign, Strin
 fn header(args: &FuzzArgs, campaign: &Campaign) -> String {
     let names: Vec<&str> = campaign.targets.iter().map(|t| t.arg.as_str()).collect();
     let s = &campaign.seeds;
+    // Inclusive: `1..=300` is seeds 1 to 300.
     let range = match s.end {
-        Some(end) => format!("{}..{}", s.start, end - 1),
+        Some(end) => format!("{}..={}", s.start, end - 1),
         None => format!("{}..", s.start),
+    };
+    let runs = match campaign.total_runs() {
+        Some(runs) => format!(" = {runs} runs"),
+        None => String::new(),
     };
     let defects = &campaign.defects;
     format!(
-        "seeds: {range} shard {}/{}{}{} on {} scenarios ({}), defects: {}, jobs: {}",
+        "seeds: {range} shard {}/{}{}{} on {} scenarios ({}){runs}, defects: {}, jobs: {}",
         s.shard_k,
         s.shard_n,
         args.time.map(|t| format!(", time budget {} s", t.as_secs())).unwrap_or_default(),
@@ -428,12 +436,12 @@ fn progress_bar(campaign: &Campaign, json: bool) -> Option<indicatif::ProgressBa
     }
     let bar = match campaign.total_runs() {
         Some(total) => indicatif::ProgressBar::new(total).with_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} seeds, {msg}, eta {eta}")
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs, {msg}, eta {eta}")
                 .expect("template parses")
                 .progress_chars("=> "),
         ),
         None => indicatif::ProgressBar::new_spinner().with_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} seeds, {msg}")
+            indicatif::ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} runs, {msg}")
                 .expect("template parses"),
         ),
     };

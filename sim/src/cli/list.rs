@@ -26,6 +26,7 @@ pub fn run(args: &ListArgs, known: &crate::Engines) -> Result<i32, String> {
             .unwrap_or_else(|e| e);
         println!("  {name:<28} {described}");
     }
+    groups(known);
     engines(known);
     println!("fault kinds:");
     for k in FaultKind::ALL {
@@ -40,6 +41,26 @@ pub fn run(args: &ListArgs, known: &crate::Engines) -> Result<i32, String> {
         println!("  {:<36} {}", p.name, p.about);
     }
     Ok(0)
+}
+
+/// The groups `fuzz --scenario` and `bench --scenario` take, each with
+/// its scenarios (and their engines): each seed runs every one of them.
+fn groups(known: &crate::Engines) {
+    println!("scenario groups (for fuzz and bench --scenario; each seed runs once per scenario of the group):");
+    for (group, names) in super::common::groups() {
+        let mut engines: Vec<String> = names
+            .iter()
+            .filter_map(|name| scenario::resolve(name, known).ok())
+            .map(|l| l.scenario.engine.get().name().to_string())
+            .collect();
+        engines.sort();
+        engines.dedup();
+        let what = match group.strip_suffix("all") {
+            Some(prefix) if !prefix.is_empty() => format!("every scenario named {prefix}*"),
+            _ => "every scenario of the built-in engine".to_string(),
+        };
+        println!("  {group:<28} [{}] {what}: {}", engines.join(", "), names.join(", "));
+    }
 }
 
 /// Every known engine: what it is, what it can do (with its default

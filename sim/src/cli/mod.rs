@@ -2,9 +2,13 @@
 //! and `list`, one module each. Verbs never import each other: what several
 //! share (flags, how a run is shown) is in `common`.
 //!
-//! Exit codes: 0 success, 1 a seed failed (a violation, a panic, a hang, a
+//! Words: a *seed* is a number; a *run* is one world of one scenario under
+//! one seed; a *scenario* is a TOML world; a *group* (`all`, `graphile-all`,
+//! `apalis-all`) is several scenarios, each seed running once per scenario.
+//!
+//! Exit codes: 0 success, 1 a run failed (a violation, a panic, a hang, a
 //! resource limit), 2 bad input (a flag, a file, a name), 3 (`fuzz` only) no
-//! seed failed but a scenario never reached a coverage point it requires,
+//! run failed but a scenario never reached a coverage point it requires,
 //! 130 (`fuzz` only) interrupted by Ctrl-C or SIGTERM before any failure
 //! (after its summary). Errors are one line, naming the input.
 
@@ -34,16 +38,19 @@ pub enum Command {
     ///
     /// Example: cargo sim run --scenario swarm --seed 7 --json
     Run(run::RunArgs),
-    /// Run many seeds in parallel; exit 1 if any seed failed.
+    /// Run many seeds of a scenario or a group, in parallel; exit 1 if any run failed.
     ///
-    /// Exit codes: 0 every seed passed; 1 a seed failed (or --save could not
+    /// Each seed runs once per scenario: `--scenario all --seeds 300` is 300
+    /// runs of each scenario of the group `all`.
+    ///
+    /// Exit codes: 0 every run passed; 1 a run failed (or --save could not
     /// write an entry: the summary still lists every failure); 2 bad input; 3
     /// a required coverage point was never reached; 130 interrupted (Ctrl-C or
     /// SIGTERM) before any failure, after printing the summary.
     ///
     /// Example: cargo sim fuzz --scenario all --seeds 2000 --jobs 2 --json
     Fuzz(fuzz::FuzzArgs),
-    /// List the scenarios, defect switches, fault kinds and invariants.
+    /// List the scenarios, scenario groups, engines, defect switches, fault kinds and invariants.
     ///
     /// Example: cargo sim list
     List(list::ListArgs),
@@ -51,7 +58,7 @@ pub enum Command {
     ///
     /// Example: cargo sim replay corpus/swarm-pass-seed1.toml
     Replay(replay::ReplayArgs),
-    /// Measure throughput (seeds/s) or time to find each defect.
+    /// Measure throughput (runs/s), time to find each defect, and more (one mode per WHAT).
     ///
     /// Example: cargo sim bench find --starts 20
     Bench(bench::BenchArgs),

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// A built-in scenario name (see `cargo sim list`) or a path to a scenario TOML file.
+    /// One scenario: a built-in scenario name (see `cargo sim list`) or a path
+    /// to a scenario TOML file. The groups (`all`, `graphile-all`,
+    /// `apalis-all`) are for fuzz and bench, not run.
     /// Example: --scenario swarm, --scenario scenarios/c-workflows.toml
     #[arg(long)]
     pub scenario: String,
@@ -26,8 +28,8 @@ pub struct RunArgs {
     /// Example: --history run.jsonl
     #[arg(long, value_name = "FILE")]
     pub history: Option<std::path::PathBuf>,
-    /// Run the seed twice (and under madsim's draw-by-draw check) and report
-    /// the first record where the runs differ, if any.
+    /// Run the same seed twice (and under madsim's draw-by-draw check) and
+    /// report the first record where the two runs differ, if any.
     /// Example: cargo sim run --scenario swarm --seed 7 --check-determinism
     #[arg(long)]
     pub check_determinism: bool,
@@ -40,7 +42,10 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs, engines: &crate::Engines) -> Result<i32, String> {
-    let loaded = scenario::resolve(&args.scenario, engines)?;
+    let loaded = scenario::resolve(&args.scenario, engines).map_err(|e| match group_hint(&args.scenario, engines) {
+        Some(hint) => format!("{e}; {hint}"),
+        None => e,
+    })?;
     let target = crate::fuzz::Target { arg: args.scenario.clone(), scenario: Arc::new(loaded.scenario.clone()) };
     super::common::check_defects(&[target], &args.defects.set())?;
     let mut spec = RunSpec::new(Arc::new(loaded.scenario), args.scenario.clone(), args.seed)
@@ -72,6 +77,16 @@ pub fn run(args: RunArgs, engines: &crate::Engines) -> Result<i32, String> {
         print_pictures(&outcome, &pictures);
     }
     Ok(if outcome.violations.is_empty() { 0 } else { 1 })
+}
+
+/// When `arg` is a group (`fuzz` and `bench` take those), what `run` takes.
+fn group_hint(arg: &str, engines: &crate::Engines) -> Option<String> {
+    let targets = super::common::targets(arg, engines).ok()?;
+    let first = &targets.first()?.arg;
+    Some(format!(
+        "{arg} is a group of {} scenarios: run takes one (e.g. --scenario {first}), fuzz and bench take groups",
+        targets.len()
+    ))
 }
 
 fn print_options(spec: &RunSpec, path: &std::path::Path) {
