@@ -304,7 +304,11 @@ fn cli_bad_input_exits_2_with_one_line() {
     let bad = scratch.path().join("bad.toml");
     std::fs::write(&bad, swarm_text().replace("workers = 3", "workerz = 3")).expect("write bad scenario");
     let bad = bad.to_str().expect("utf-8 path").to_string();
+    let a_scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/swarm.toml");
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        // A scenario where an entry belongs: what to type instead.
+        (vec!["replay", a_scenario], "a scenario, not a corpus entry: run a seed of it with `cargo sim run --scenario"),
+        (vec!["shrink", a_scenario], "a scenario, not a corpus entry"),
         (vec!["run", "--scenario", "no-such-scenario", "--seed", "1"], "unknown scenario 'no-such-scenario'"),
         (vec!["run", "--scenario", &bad, "--seed", "1"], "workerz"),
         (vec!["run", "--scenario", "/nonexistent/x.toml", "--seed", "1"], "/nonexistent/x.toml"),

@@ -115,7 +115,17 @@ impl Entry {
     /// Reads an entry; its defects must be switches of one of `engines`.
     pub fn load(path: &Path, engines: &crate::Engines) -> Result<Entry, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Entry::parse(&text, engines).map_err(|e| format!("{}: {e}", path.display()))
+        Entry::parse(&text, engines).map_err(|e| match looks_like_a_scenario(&text) {
+            // A scenario where an entry belongs: say what to type instead.
+            true => format!(
+                "{}: a scenario, not a corpus entry: run a seed of it with `cargo sim run --scenario {} --seed N` \
+                 (or a campaign with `cargo sim fuzz --scenario {} --seeds N`)",
+                path.display(),
+                path.display(),
+                path.display()
+            ),
+            false => format!("{}: {e}", path.display()),
+        })
     }
 
     pub fn parse(text: &str, engines: &crate::Engines) -> Result<Entry, String> {
@@ -375,6 +385,13 @@ pub fn stem(entry: &Entry) -> String {
     parts.extend(entry.defects.iter().cloned());
     parts.push(format!("seed{}", entry.seed));
     parts.join("-")
+}
+
+/// Whether `text` is a scenario file (its tables, and no `expect`) rather
+/// than a corpus entry.
+fn looks_like_a_scenario(text: &str) -> bool {
+    let Ok(table) = text.parse::<toml::Table>() else { return false };
+    !table.contains_key("expect") && ["topology", "workload", "phases"].iter().all(|key| table.contains_key(*key))
 }
 
 /// The dotted paths where `a` and `b` differ: objects field by field, any
