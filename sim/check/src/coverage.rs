@@ -119,6 +119,7 @@ points! {
     DEREGISTERED_HOLDING = "deregistered-holding-tasks": "a process told the store it is leaving (deregistered) while tasks were still leased to it: only recovery brings them back";
     CLAIM_ANSWER_LOST = "claim-answer-lost": "a claim granted tasks and its answer was lost: they are leased to a worker that does not know it holds them";
     LIVE_OWNER_RELEASED = "live-owner-task-released": "a heartbeat-owned task was released as dead while its owner was up, not paused and not replaced: silent at the store, not gone";
+    FAILED_REGRANTED = "failed-task-regranted-to-same-owner": "a task whose attempt failed was granted again, at a new attempt, to the same worker incarnation that failed it (what that worker remembers of the task, its backoff and its retry count, meets the task again)";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -190,6 +191,9 @@ pub struct Coverage {
     /// Tasks whose last lease was released (not ended by an outcome), with
     /// the attempt that lost it.
     last_release: BTreeMap<leasesim_vocab::ids::TaskId, Fence>,
+    /// Per task: the attempt whose own failure made it ready again, until
+    /// its next grant.
+    last_failed: BTreeMap<leasesim_vocab::ids::TaskId, Fence>,
     /// The latest requests a serialization failure refused (at most
     /// `REFUSED_KEPT`, oldest first).
     serialization_refused: std::collections::VecDeque<(Sender, Op)>,
@@ -598,6 +602,8 @@ impl Coverage {
                     if after.state == TaskState::Ready {
                         self.last_release.insert(after.id, holder);
                     }
+                } else if after.state == TaskState::Ready {
+                    self.last_failed.insert(after.id, holder);
                 }
             }
             if let Some(fence) = granted(change) {
@@ -613,6 +619,9 @@ impl Coverage {
                 }
                 if self.last_release.remove(&fence.task).is_some_and(|lost| lost.owner == fence.owner) {
                     self.hit(SAME_OWNER_RECLAIM);
+                }
+                if self.last_failed.remove(&fence.task).is_some_and(|failed| failed.owner == fence.owner) {
+                    self.hit(FAILED_REGRANTED);
                 }
                 if v.task(fence.task).is_some_and(|t| t.not_before_ms() > t.created_ms) {
                     self.hit(SCHEDULED_GRANTED);
@@ -847,7 +856,15 @@ mod tests {
                 }
                 h.build()
             }
-            => [CONFLICT_RETRIED, RETRIES_EXHAUSTED];
+            => [CONFLICT_RETRIED, RETRIES_EXHAUSTED, FAILED_REGRANTED];
+        // The same, but the retry goes to another worker: no memory met.
+        a_failed_task_granted_again_to_another_worker:
+            H::new().up(o(1, 1)).up(o(2, 1)).created(1, TaskKind::Job)
+                .at(10).grant(1, 1, o(1, 1)).permit(o(1, 1), 1, 1).started(1, 1, o(1, 1))
+                .at(110).finished(1, 1, o(1, 1), false).failed(1, 1, o(1, 1), 1, Some(1_110)).unpermit(o(1, 1), 1, 1)
+                .at(1_110).grant(1, 2, o(2, 1))
+                .build()
+            => [CONFLICT_RETRIED, RETRY_ON_TIME];
         // Looked for only from the earliest deadline ahead (1 s here): the
         // first body's outcome is recorded in time, the second's is not
         // (it ended at 600 ms, after the first look found nothing).

@@ -97,17 +97,33 @@ fn print_options(spec: &RunSpec, path: &std::path::Path) {
     if !spec.defects.is_empty() {
         println!("  defects on: {}", spec.defects.join(", "));
     }
+    // The engine's words, not the built-in one's: permits only where the
+    // engine has them, and only the kinds of work this world asks for.
+    let at_once = match engine.capabilities().permits {
+        true => "permits",
+        false => "tasks at once",
+    };
     println!(
-        "  topology: {} workers x {} permits; phases: fault {} ms, heal {} ms",
+        "  topology: {} workers x {} {at_once}; phases: fault {} ms, heal {} ms{}",
         s.topology.workers,
         engine.promises().concurrency,
         s.phases.fault_phase_ms,
-        s.phases.heal_phase_ms
+        s.phases.heal_phase_ms,
+        s.phases.quiet_end_ms.map_or(String::new(), |q| format!(" (ends once quiet for {q} ms)"))
     );
-    println!(
-        "  workload: {} index builds, {} authz, {} jobs, {} pipelines x {} stages, {} workflow runs",
-        w.index_builds, w.authz_materializations, w.jobs, w.pipelines, w.stages_per_pipeline, w.workflow_runs
-    );
+    let kinds = [
+        (w.jobs, "jobs".to_string()),
+        (w.index_builds, "index builds".to_string()),
+        (w.authz_materializations, "authz materializations".to_string()),
+        (w.pipelines, format!("pipelines x {} stages", w.stages_per_pipeline)),
+        (w.workflow_runs, format!("workflow runs x {} tasks", w.workflow_tasks_per_run)),
+    ];
+    let asked: Vec<String> = kinds.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect();
+    let scripted = match w.script.len() {
+        0 => String::new(),
+        n => format!(" and {n} scripted enqueues"),
+    };
+    println!("  workload: {}{scripted}", if asked.is_empty() { "nothing drawn".to_string() } else { asked.join(", ") });
 }
 
 fn check_determinism(spec: &RunSpec) -> Result<i32, String> {
