@@ -736,6 +736,7 @@ fitness! {
     outcome_kept: "outcome-kept" in "swarm" by Calls("failures lost at the worker", loses_failures), within 20;
     outcome_retried: "outcome-kept" in "swarm" by Calls("a retryable refusal of an outcome taken as final", outcome_refusal_final), within 100;
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
+    heartbeat_at_its_bound: "keepalive" in "b-machines" by Drift("heartbeats half a second late", |c| c.heartbeat_interval_ms += 500), within 5;
     start_margin: "keepalive" in "swarm" by LateClaimsStartedAsThey {}, within 20;
     renewed_until_recorded: "keepalive" in "swarm" by StopsRenewingAtBodyEnd::default(), within 60;
     no_permit_leak: "no-permit-leak" in "a-index-builds" by Drift("a finalization deadline ten times longer", |c| c.finalize_deadline_ms *= 10), within 60;
