@@ -223,6 +223,33 @@ impl ApalisStore {
         rows
     }
 
+    /// A command's op, from its call (`owner`: the worker that sent it).
+    fn op_of(&self, owner: Option<Owner>, call: Call) -> Op {
+        let other = |what: String| Op::Other { what, by: owner };
+        let Some(owner) = owner else {
+            return match call {
+                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: TaskSpec::job(0), key: None },
+                call => other(format!("{call:?}")),
+            };
+        };
+        match call {
+            Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
+            Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
+            Call::Reenqueue { only, .. } => Op::ReleaseOwners { by: owner, owners: self.expired(only.as_deref()) },
+            Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
+                Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
+                None => other("handle-results of a task id not the application's".into()),
+            },
+            Call::Release { tasks, .. } => {
+                Op::ReturnOwn { owner, tasks: tasks.iter().filter_map(|t| task_id(t)).collect(), interrupted: false }
+            }
+            Call::Deregister { .. } => Op::Deregister { owner },
+            Call::Lock { .. } => other("acquire-leases".into()),
+            Call::Renew { .. } => other("renew-leases".into()),
+            call => other(format!("{call:?}")),
+        }
+    }
+
     /// What the command just applied means in the harness's words, with
     /// the book kept: a fetch numbers its grants, a failure counts.
     fn answer(&self, cmd: &Command, reply: &Reply) -> Option<Response> {
@@ -343,30 +370,7 @@ impl StoreSeam<Apalis> for ApalisStore {
             Sender::Worker(o) => Some(o),
             _ => None,
         };
-        let other = |what: String| Op::Other { what, by: owner };
-        let call = call::classify(&self.keys, &cmd.argv);
-        let Some(owner) = owner else {
-            return match call {
-                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: TaskSpec::job(0), key: None },
-                call => other(format!("{call:?}")),
-            };
-        };
-        match call {
-            Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
-            Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
-            Call::Reenqueue { only, .. } => Op::ReleaseOwners { by: owner, owners: self.expired(only.as_deref()) },
-            Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
-                Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
-                None => other("handle-results of a task id not the application's".into()),
-            },
-            Call::Release { tasks, .. } => {
-                Op::ReturnOwn { owner, tasks: tasks.iter().filter_map(|t| task_id(t)).collect(), interrupted: false }
-            }
-            Call::Deregister { .. } => Op::Deregister { owner },
-            Call::Lock { .. } => other("acquire-leases".into()),
-            Call::Renew { .. } => other("renew-leases".into()),
-            call => other(format!("{call:?}")),
-        }
+        self.op_of(owner, call::classify(&self.keys, &cmd.argv))
     }
 
     fn arrived(&self, from: Sender) {
@@ -411,7 +415,8 @@ impl StoreSeam<Apalis> for ApalisStore {
                     }
                 })
                 .collect(),
-            _ => vec![self.classify(from, cmd)],
+            // Classified once: the call is the command's one part.
+            call => vec![self.op_of(Some(owner), call)],
         }
     }
 
