@@ -56,6 +56,11 @@ impl Keys {
     fn inflight_of<'a>(&self, key: &'a str) -> Option<&'a str> {
         key.strip_prefix(self.inflight.as_str())?.strip_prefix(':')
     }
+
+    /// Whether `key` is some worker's in-flight set.
+    fn is_inflight(&self, key: &[u8]) -> bool {
+        self.inflight_of(&String::from_utf8_lossy(key)).is_some()
+    }
 }
 
 /// A task's result as `handle_results` records it.
@@ -141,10 +146,14 @@ fn num<T: std::str::FromStr + Default>(bytes: Option<&Vec<u8>>) -> T {
 
 /// Classifies one command.
 pub fn classify(keys: &Keys, argv: &[Vec<u8>]) -> Call {
-    let name = argv.first().map(|n| text(n).to_ascii_uppercase()).unwrap_or_default();
+    let first = argv.first().map(Vec::as_slice).unwrap_or_default();
+    // apalis's state changes are scripts: known before any text is made.
+    if first.eq_ignore_ascii_case(b"EVALSHA") || first.eq_ignore_ascii_case(b"EVAL") {
+        return script(keys, argv);
+    }
+    let name = text(first).to_ascii_uppercase();
     match name.as_str() {
-        "EVALSHA" | "EVAL" => script(keys, argv),
-        "ZREM" if argv.get(1).map(|k| text(k)) == Some(keys.workers.clone()) && argv.len() == 3 => {
+        "ZREM" if argv.get(1).is_some_and(|k| k == keys.workers.as_bytes()) && argv.len() == 3 => {
             Call::Deregister { member: text(&argv[2]) }
         }
         "SCRIPT" | "ZRANGE" | "ZSCORE" | "ZCARD" | "HGET" | "HGETALL" | "HMGET" | "LRANGE" | "LLEN" | "SMEMBERS"
@@ -159,27 +168,30 @@ fn script(keys: &Keys, argv: &[Vec<u8>]) -> Call {
     let Some(k) = argv.get(3..3 + numkeys) else {
         return Call::Unknown { what: "script with too few keys".into() };
     };
-    let k: Vec<String> = k.iter().map(|b| text(b)).collect();
+    // Keys are compared as the bytes they are; only what the call names
+    // (workers, tasks) is made text.
     let args = &argv[3 + numkeys..];
-    let key = |i: usize| k.get(i).map(String::as_str).unwrap_or("");
+    let key = |i: usize| k.get(i).map(Vec::as_slice).unwrap_or(b"");
+    let is = |i: usize, name: &String| key(i) == name.as_bytes();
     let arg = |i: usize| args.get(i).map(|b| text(b)).unwrap_or_default();
     let rest = |from: usize| args.iter().skip(from).map(|b| text(b)).collect::<Vec<_>>();
-    let worker_of_k0 = keys.inflight_of(key(0)).map(str::to_owned);
-    match (numkeys, key(0)) {
-        (7, w) if w == keys.workers && key(1) == keys.active => Call::Fetch { worker: arg(2), max: num(args.get(1)) },
-        (6, d) if d == keys.data && key(1) == keys.active => Call::Push { tasks: pushed(args) },
-        (1, w) if w == keys.workers => Call::KeepAlive { worker: arg(1) },
-        (2, w) if w == keys.workers => Call::Register { worker: arg(1) },
-        (4, w) if w == keys.workers && key(1) == keys.active => {
+    let k0_inflight = keys.is_inflight(key(0));
+    match numkeys {
+        7 if is(0, &keys.workers) && is(1, &keys.active) => Call::Fetch { worker: arg(2), max: num(args.get(1)) },
+        6 if is(0, &keys.data) && is(1, &keys.active) => Call::Push { tasks: pushed(args) },
+        1 if is(0, &keys.workers) => Call::KeepAlive { worker: arg(1) },
+        2 if is(0, &keys.workers) => Call::Register { worker: arg(1) },
+        4 if is(0, &keys.workers) && is(1, &keys.active) => {
             Call::Reenqueue { expired_before_s: num(args.first()), only: args.get(1).map(|b| text(b)) }
         }
-        (4, _) if worker_of_k0.is_some() && key(1) == keys.workers => Call::Lock { worker: arg(0), tasks: rest(3) },
-        (3, _) if worker_of_k0.is_some() && key(1) == keys.workers => Call::Renew { worker: arg(0), tasks: rest(3) },
-        (5, _) if worker_of_k0.is_some() && key(1) == keys.done => {
-            Call::Results { worker: worker_of_k0.unwrap_or_default(), outcomes: outcomes(args) }
+        4 if k0_inflight && is(1, &keys.workers) => Call::Lock { worker: arg(0), tasks: rest(3) },
+        3 if k0_inflight && is(1, &keys.workers) => Call::Renew { worker: arg(0), tasks: rest(3) },
+        5 if k0_inflight && is(1, &keys.done) => {
+            let worker = keys.inflight_of(&text(key(0))).unwrap_or_default().to_owned();
+            Call::Results { worker, outcomes: outcomes(args) }
         }
-        (5, _) if worker_of_k0.is_some() && key(1) == keys.active => Call::Release { worker: arg(0), tasks: rest(2) },
-        _ => Call::Read { what: format!("script with {numkeys} keys, first {}", key(0)) },
+        5 if k0_inflight && is(1, &keys.active) => Call::Release { worker: arg(0), tasks: rest(2) },
+        _ => Call::Read { what: format!("script with {numkeys} keys, first {}", text(key(0))) },
     }
 }
 

@@ -60,13 +60,45 @@ fn task_id(word: &str) -> Option<TaskId> {
     word.parse().ok()
 }
 
-fn members(v: Option<&Value>) -> BTreeSet<Vec<u8>> {
-    match v {
-        Some(Value::Set(s)) => s.clone(),
-        Some(Value::List(l)) => l.iter().cloned().collect(),
-        Some(Value::ZSet(z)) => z.iter().map(|(m, _)| m.to_vec()).collect(),
-        Some(Value::Hash(h)) => h.keys().cloned().collect(),
-        _ => BTreeSet::new(),
+/// The members of a key's value, borrowed from the keyspace: a list's
+/// items, a set's or sorted set's members, a hash's fields (nothing for a
+/// string or a missing key). The tap reads every row through these after
+/// each command that changed a key holding rows: borrowed, not copied.
+enum Members<'a> {
+    Set(&'a BTreeSet<Vec<u8>>),
+    Hash(&'a BTreeMap<Vec<u8>, Vec<u8>>),
+    ZSet(&'a leasesim_redis_model::ZSet),
+    /// A list, indexed once.
+    Items(BTreeSet<&'a [u8]>),
+}
+
+impl<'a> Members<'a> {
+    fn of(v: Option<&'a Value>) -> Members<'a> {
+        match v {
+            Some(Value::Set(s)) => Members::Set(s),
+            Some(Value::Hash(h)) => Members::Hash(h),
+            Some(Value::ZSet(z)) => Members::ZSet(z),
+            Some(Value::List(l)) => Members::Items(l.iter().map(Vec::as_slice).collect()),
+            _ => Members::Items(BTreeSet::new()),
+        }
+    }
+
+    fn contains(&self, member: &[u8]) -> bool {
+        match self {
+            Members::Set(s) => s.contains(member),
+            Members::Hash(h) => h.contains_key(member),
+            Members::ZSet(z) => z.score(member).is_some(),
+            Members::Items(items) => items.contains(member),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &'a [u8]> + '_> {
+        match self {
+            Members::Set(s) => Box::new(s.iter().map(Vec::as_slice)),
+            Members::Hash(h) => Box::new(h.keys().map(Vec::as_slice)),
+            Members::ZSet(z) => Box::new(z.iter().map(|(m, _)| m)),
+            Members::Items(items) => Box::new(items.iter().copied()),
+        }
     }
 }
 
@@ -137,34 +169,43 @@ impl ApalisStore {
         let now = self.time.now_ms();
         let redis = self.redis();
         let get = |key: &str| redis.get(now, key.as_bytes());
-        let done = members(get(&self.keys.done));
-        let dead = members(get(&self.keys.dead));
-        let waiting = members(get(&self.keys.active));
+        let done = Members::of(get(&self.keys.done));
+        let dead = Members::of(get(&self.keys.dead));
+        let waiting = Members::of(get(&self.keys.active));
         let scheduled = match get(&self.keys.scheduled) {
-            Some(Value::ZSet(z)) => z.iter().map(|(m, s)| (m.to_vec(), s)).collect(),
-            _ => BTreeMap::new(),
+            Some(Value::ZSet(z)) => Some(z),
+            _ => None,
         };
-        let mut inflight = BTreeSet::new();
-        for name in self.book.names() {
-            inflight.extend(members(get(&format!("{}:{name}", self.keys.inflight))));
-        }
+        let mut key = self.keys.inflight.clone();
+        key.push(':');
+        let prefix = key.len();
+        let inflight: Vec<Members> = self
+            .book
+            .names()
+            .iter()
+            .map(|name| {
+                key.truncate(prefix);
+                key.push_str(name);
+                Members::of(get(&key))
+            })
+            .collect();
         let mut rows = BTreeMap::new();
-        for word in members(get(&self.keys.data)) {
-            let Some(id) = task_id(&String::from_utf8_lossy(&word)) else { continue };
+        for word in Members::of(get(&self.keys.data)).iter() {
+            let Some(id) = task_id(&String::from_utf8_lossy(word)) else { continue };
             let grant = self.book.current(id);
-            let (state, owner) = if done.contains(&word) {
+            let (state, owner) = if done.contains(word) {
                 (TaskState::Done, None)
-            } else if dead.contains(&word) {
+            } else if dead.contains(word) {
                 (TaskState::Dead, None)
-            } else if inflight.contains(&word) && !waiting.contains(&word) {
+            } else if inflight.iter().any(|set| set.contains(word)) && !waiting.contains(word) {
                 (TaskState::Leased, grant.map(|f| f.owner))
             } else {
                 (TaskState::Ready, None)
             };
             // A due task leaves the scheduled set for the active list (a
             // fetch promotes it): its retry time stays what it was.
-            let retry_at_ms = match scheduled.get(&word) {
-                Some(&s) => self.score_ms(s),
+            let retry_at_ms = match scheduled.and_then(|z| z.score(word)) {
+                Some(s) => self.score_ms(s),
                 None => previous.get(&id).map_or(0, |r| r.retry_at_ms),
             };
             rows.insert(
@@ -180,6 +221,33 @@ impl ApalisStore {
             );
         }
         rows
+    }
+
+    /// A command's op, from its call (`owner`: the worker that sent it).
+    fn op_of(&self, owner: Option<Owner>, call: Call) -> Op {
+        let other = |what: String| Op::Other { what, by: owner };
+        let Some(owner) = owner else {
+            return match call {
+                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: TaskSpec::job(0), key: None },
+                call => other(format!("{call:?}")),
+            };
+        };
+        match call {
+            Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
+            Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
+            Call::Reenqueue { only, .. } => Op::ReleaseOwners { by: owner, owners: self.expired(only.as_deref()) },
+            Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
+                Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
+                None => other("handle-results of a task id not the application's".into()),
+            },
+            Call::Release { tasks, .. } => {
+                Op::ReturnOwn { owner, tasks: tasks.iter().filter_map(|t| task_id(t)).collect(), interrupted: false }
+            }
+            Call::Deregister { .. } => Op::Deregister { owner },
+            Call::Lock { .. } => other("acquire-leases".into()),
+            Call::Renew { .. } => other("renew-leases".into()),
+            call => other(format!("{call:?}")),
+        }
     }
 
     /// What the command just applied means in the harness's words, with
@@ -302,30 +370,7 @@ impl StoreSeam<Apalis> for ApalisStore {
             Sender::Worker(o) => Some(o),
             _ => None,
         };
-        let other = |what: String| Op::Other { what, by: owner };
-        let call = call::classify(&self.keys, &cmd.argv);
-        let Some(owner) = owner else {
-            return match call {
-                Call::Push { tasks } if tasks.len() == 1 => Op::Enqueue { spec: TaskSpec::job(0), key: None },
-                call => other(format!("{call:?}")),
-            };
-        };
-        match call {
-            Call::Register { .. } | Call::KeepAlive { .. } => Op::Heartbeat { owner },
-            Call::Fetch { max, .. } => Op::Claim { owner, max, wait_ms: 0 },
-            Call::Reenqueue { only, .. } => Op::ReleaseOwners { by: owner, owners: self.expired(only.as_deref()) },
-            Call::Results { outcomes, .. } if outcomes.len() == 1 => match task_id(&outcomes[0].task) {
-                Some(task) => outcome(self.book.held_by(task, owner), &outcomes[0].status),
-                None => other("handle-results of a task id not the application's".into()),
-            },
-            Call::Release { tasks, .. } => {
-                Op::ReturnOwn { owner, tasks: tasks.iter().filter_map(|t| task_id(t)).collect(), interrupted: false }
-            }
-            Call::Deregister { .. } => Op::Deregister { owner },
-            Call::Lock { .. } => other("acquire-leases".into()),
-            Call::Renew { .. } => other("renew-leases".into()),
-            call => other(format!("{call:?}")),
-        }
+        self.op_of(owner, call::classify(&self.keys, &cmd.argv))
     }
 
     fn arrived(&self, from: Sender) {
@@ -370,7 +415,8 @@ impl StoreSeam<Apalis> for ApalisStore {
                     }
                 })
                 .collect(),
-            _ => vec![self.classify(from, cmd)],
+            // Classified once: the call is the command's one part.
+            call => vec![self.op_of(Some(owner), call)],
         }
     }
 

@@ -251,6 +251,10 @@ pub(crate) fn parse_f64_strict(s: &[u8]) -> Option<f64> {
 }
 
 /// C's `printf("%.<precision>g", x)` as glibc prints it.
+/// 10^n: the integers below `INTEGER_DIGITS[n]` have at most n digits.
+const INTEGER_DIGITS: [f64; 16] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
 pub(crate) fn format_g(x: f64, precision: usize) -> String {
     assert!(precision >= 1, "%g with precision 0 is %g with precision 1; not used here");
     if x.is_nan() {
@@ -262,6 +266,17 @@ pub(crate) fn format_g(x: f64, precision: usize) -> String {
     if x == 0.0 {
         return if x.is_sign_negative() { "-0" } else { "0" }.to_string();
     }
+    // An integer of at most `precision` digits, exact in a double, is
+    // printed as its digits (the fixed style, nothing after the point): a
+    // script's numeric arguments (timestamps, counts) are mostly these.
+    if x.fract() == 0.0 && x.abs() < INTEGER_DIGITS[precision.min(15)] {
+        return (x as i64).to_string();
+    }
+    format_g_by_exponent(x, precision)
+}
+
+/// `format_g` of a finite non-zero `x`, by the style its exponent chooses.
+fn format_g_by_exponent(x: f64, precision: usize) -> String {
     // Rust's `{:e}` rounds correctly to the requested digits, as glibc does;
     // its exponent is the one %g chooses its style by.
     let sci = format!("{:.*e}", precision - 1, x);
@@ -376,9 +391,36 @@ mod tests {
             (1e100, 17, "1e+100"),
             (3.0, 14, "3"),
             (-2.5e-7, 14, "-2.5e-07"),
+            (99999999999999.0, 14, "99999999999999"),
+            (1e14, 14, "1e+14"),
+            (-1733366400.0, 17, "-1733366400"),
+            (999999999999999.0, 17, "999999999999999"),
+            (1e15, 17, "1000000000000000"),
+            (4503599627370497.0, 17, "4503599627370497"),
         ];
         for (x, precision, want) in cases {
             assert_eq!(format_g(*x, *precision), *want, "%.{precision}g of {x}");
+        }
+    }
+
+    /// The shortcut for integers prints what the exponent's style prints.
+    #[test]
+    fn integers_print_as_by_their_exponent() {
+        for precision in [1, 2, 6, 14, 15, 16, 17] {
+            for digits in 0..17 {
+                let p = 10f64.powi(digits);
+                for x in [p, p - 1.0, p + 1.0, 7.0 * p, 123456789.0 * p] {
+                    for x in [x, -x] {
+                        if x != 0.0 {
+                            assert_eq!(
+                                format_g(x, precision),
+                                format_g_by_exponent(x, precision),
+                                "%.{precision}g of {x}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 

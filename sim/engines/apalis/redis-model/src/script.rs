@@ -15,10 +15,22 @@
 //!
 //! A script runs atomically: `apply` is synchronous and every `redis.call`
 //! sees the same `now_ms`.
+//!
+//! Interpreters are lent, not built per server: building one (its libraries
+//! and the prelude) and compiling apalis's scripts in it again was about 4%
+//! of an apalis world, whose server is new in every world. The process keeps
+//! a few in a pool ([`Interp::lend`]); a server borrows one and gives it back
+//! when it is dropped. What a server sees is what a new interpreter would
+//! show it: its own script cache (`Scripting::loaded`: NOSCRIPT until it
+//! loads a script, empty again after SCRIPT FLUSH), while the compiled
+//! functions are kept by the interpreter, one per script text; `math.random`
+//! starts from its initial state again; and an interpreter whose global or
+//! library tables a script changed (the model does not make library tables
+//! read-only, as Redis does) is dropped, not lent again (`Interp::pristine`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use mlua::{ChunkMode, Function, LightUserData, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
@@ -36,8 +48,19 @@ const SCRIPT_NAME: &str = "@user_script";
 /// Stands in for the Lua stack limit when converting deeply nested replies.
 const MAX_REPLY_DEPTH: usize = 1000;
 
-/// The Lua interpreter and the script cache.
+/// A server's scripting: an interpreter lent by this thread's pool, and
+/// the server's script cache.
 pub(crate) struct Scripting {
+    /// Always `Some` but while being dropped.
+    interp: Option<Interp>,
+    /// SHA1 (lowercase hex) of every script this server has loaded since it
+    /// started or last flushed them; the interpreter has compiled each.
+    loaded: BTreeSet<String>,
+}
+
+/// A Lua interpreter with Redis's environment, and every script compiled
+/// in it.
+struct Interp {
     lua: Lua,
     /// The real globals table (scripts see it through a read-only proxy).
     globals: Table,
@@ -45,13 +68,42 @@ pub(crate) struct Scripting {
     prim: Table,
     xpcall: Function,
     handler: Function,
-    /// SHA1 (lowercase hex) -> compiled script.
-    cache: BTreeMap<String, Function>,
+    /// SHA1 (lowercase hex) -> compiled script, for every server it served.
+    compiled: BTreeMap<String, Function>,
+    /// `math.random`'s state.
+    rand: Arc<AtomicU64>,
+    /// Whether the globals and library tables are as built (see `pristine`).
+    unchanged: Function,
+}
+
+/// How many interpreters the process keeps for its next servers (a
+/// campaign's worlds run one per job, each on a thread of its own).
+const POOL_SIZE: usize = 16;
+
+static POOL: Mutex<Vec<Interp>> = Mutex::new(Vec::new());
+
+fn pool() -> std::sync::MutexGuard<'static, Vec<Interp>> {
+    // The pool is only pushed to and popped from: a panic elsewhere cannot
+    // leave it half-changed.
+    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl std::fmt::Debug for Scripting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scripting").field("cached_scripts", &self.cache.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Scripting").field("cached_scripts", &self.loaded).finish()
+    }
+}
+
+impl Drop for Scripting {
+    fn drop(&mut self) {
+        let Some(interp) = self.interp.take() else { return };
+        if !interp.pristine() {
+            return;
+        }
+        let mut pool = pool();
+        if pool.len() < POOL_SIZE {
+            pool.push(interp);
+        }
     }
 }
 
@@ -60,12 +112,29 @@ pub(crate) fn sha1_hex(bytes: &[u8]) -> String {
     sha1_smol::Sha1::from(bytes).digest().to_string()
 }
 
-impl Scripting {
-    pub(crate) fn new() -> Scripting {
-        Scripting::build().expect("the scripting environment is built from fixed code")
+impl Interp {
+    /// An interpreter as new: from this thread's pool, or built.
+    fn lend() -> Interp {
+        let pooled = pool().pop();
+        match pooled {
+            Some(interp) => {
+                interp.rand.store(RAND48_INITIAL, Ordering::Relaxed);
+                interp.globals.raw_set("KEYS", Value::Nil).expect("a raw set of a global");
+                interp.globals.raw_set("ARGV", Value::Nil).expect("a raw set of a global");
+                interp
+            }
+            None => Interp::build().expect("the scripting environment is built from fixed code"),
+        }
     }
 
-    fn build() -> mlua::Result<Scripting> {
+    /// Whether no script changed the globals, a library table or the string
+    /// metatable (KEYS and ARGV aside): then the interpreter is as built, but
+    /// for its compiled scripts, and may serve another server.
+    fn pristine(&self) -> bool {
+        self.unchanged.call::<bool>(()).unwrap_or(false)
+    }
+
+    fn build() -> mlua::Result<Interp> {
         // Base (always loaded), table, string and math: what Redis exposes
         // of Lua's own libraries (it loads debug too, then removes it).
         let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
@@ -83,7 +152,37 @@ impl Scripting {
         let xpcall: Function = globals.raw_get("xpcall")?;
         let handler = error_handler(&lua, globals.raw_get("tostring")?)?;
         protect_globals(&lua, &globals)?;
-        Ok(Scripting { lua, globals, prim, xpcall, handler, cache: BTreeMap::new() })
+        let unchanged = watch_globals(&lua, &globals)?;
+        let rand = prim_rand(&prim)?;
+        Ok(Interp { lua, globals, prim, xpcall, handler, compiled: BTreeMap::new(), rand, unchanged })
+    }
+
+    /// `body` compiled (once per text) as Redis compiles a script.
+    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<Function, Reply> {
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        let code = strip_shebang(body)?;
+        let compiled = self.lua.load(code).set_name(SCRIPT_NAME).set_mode(ChunkMode::Text).into_function();
+        let func = compiled.map_err(|e| {
+            let message = match &e {
+                mlua::Error::SyntaxError { message, .. } => message.clone(),
+                other => other.to_string(),
+            };
+            Reply::Error(one_line_error(&format!("ERR Error compiling script (new function): {message}")))
+        })?;
+        self.compiled.insert(sha.to_string(), func.clone());
+        Ok(func)
+    }
+}
+
+impl Scripting {
+    pub(crate) fn new() -> Scripting {
+        Scripting { interp: Some(Interp::lend()), loaded: BTreeSet::new() }
+    }
+
+    fn interp(&mut self) -> &mut Interp {
+        self.interp.as_mut().expect("an interpreter until dropped")
     }
 
     /// EVAL, EVALSHA or SCRIPT, already past the arity check.
@@ -116,13 +215,15 @@ impl Scripting {
             return Reply::error("ERR Number of keys can't be negative");
         }
         let sha = if by_sha { text(&argv[1]).to_ascii_lowercase() } else { sha1_hex(&argv[1]) };
-        let func = match self.cache.get(&sha) {
-            Some(f) => f.clone(),
-            None if by_sha => return Reply::error(NOSCRIPT),
-            None => match self.create(&argv[1]) {
+        let func = if self.loaded.contains(&sha) {
+            self.interp().compiled[&sha].clone()
+        } else if by_sha {
+            return Reply::error(NOSCRIPT);
+        } else {
+            match self.create(&argv[1]) {
                 Ok((_, f)) => f,
                 Err(e) => return e,
-            },
+            }
         };
         let split = 3 + numkeys as usize;
         self.run(ks, now_ms, &sha, func, &argv[3..split], &argv[split..])
@@ -138,7 +239,7 @@ impl Scripting {
             }
         } else if is(sub, "exists") {
             let found =
-                argv[2..].iter().map(|sha| Reply::Int(self.cache.contains_key(&text(sha).to_ascii_lowercase()) as i64));
+                argv[2..].iter().map(|sha| Reply::Int(self.loaded.contains(&text(sha).to_ascii_lowercase()) as i64));
             Reply::Array(Some(found.collect()))
         } else if is(sub, "flush") {
             let ok = match argv.len() {
@@ -149,10 +250,11 @@ impl Scripting {
             if !ok {
                 return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
             }
-            self.cache.clear();
-            // Redis starts a new interpreter; dropping the functions is what
-            // scripts can observe (global state cannot be written).
-            let _ = self.lua.gc_collect();
+            // Redis starts a new interpreter; forgetting the scripts is what
+            // scripts can observe (global state cannot be written). The
+            // interpreter keeps them compiled, for when they are loaded again.
+            self.loaded.clear();
+            let _ = self.interp().lua.gc_collect();
             Reply::ok()
         } else {
             debug_assert!(is(sub, "kill"), "script_subcommand admits only these");
@@ -160,22 +262,11 @@ impl Scripting {
         }
     }
 
-    /// `luaCreateFunction`: compiles and caches `body` under its SHA1.
+    /// `luaCreateFunction`: compiles `body` and caches it under its SHA1.
     fn create(&mut self, body: &[u8]) -> Result<(String, Function), Reply> {
         let sha = sha1_hex(body);
-        if let Some(f) = self.cache.get(&sha) {
-            return Ok((sha, f.clone()));
-        }
-        let code = strip_shebang(body)?;
-        let compiled = self.lua.load(code).set_name(SCRIPT_NAME).set_mode(ChunkMode::Text).into_function();
-        let func = compiled.map_err(|e| {
-            let message = match &e {
-                mlua::Error::SyntaxError { message, .. } => message.clone(),
-                other => other.to_string(),
-            };
-            Reply::Error(one_line_error(&format!("ERR Error compiling script (new function): {message}")))
-        })?;
-        self.cache.insert(sha.clone(), func.clone());
+        let func = self.interp().compile(&sha, body)?;
+        self.loaded.insert(sha.clone());
         Ok((sha, func))
     }
 
@@ -189,14 +280,15 @@ impl Scripting {
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
     ) -> Reply {
-        let outcome = self.lua.scope(|scope| {
-            self.globals.raw_set("KEYS", string_array(&self.lua, keys)?)?;
-            self.globals.raw_set("ARGV", string_array(&self.lua, args)?)?;
+        let me = self.interp();
+        let outcome = me.lua.scope(|scope| {
+            me.globals.raw_set("KEYS", string_array(&me.lua, keys)?)?;
+            me.globals.raw_set("ARGV", string_array(&me.lua, args)?)?;
             let call = scope.create_function_mut(|lua, args: MultiValue| redis_call(lua, ks, now_ms, args))?;
-            self.prim.raw_set("call", call)?;
-            let (ok, value): (bool, Value) = self.xpcall.call((func, self.handler.clone()))?;
-            self.prim.raw_set("call", Value::Nil)?;
-            Ok(if ok { lua_to_reply(&value, 0) } else { script_error_reply(&self.lua, &value, sha) })
+            me.prim.raw_set("call", call)?;
+            let (ok, value): (bool, Value) = me.xpcall.call((func, me.handler.clone()))?;
+            me.prim.raw_set("call", Value::Nil)?;
+            Ok(if ok { lua_to_reply(&value, 0) } else { script_error_reply(&me.lua, &value, sha) })
         });
         // Only a failure of the interpreter itself (out of memory) lands here.
         outcome.unwrap_or_else(|e| Reply::Error(one_line_error(&format!("ERR Error running script {sha}, {e}"))))
@@ -592,6 +684,68 @@ fn protect_globals(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     lua.set_globals(guard)
 }
 
+/// A function answering whether the real globals table, every table it
+/// holds, and the string metatable still hold what they hold now (one level
+/// deep, by identity; KEYS and ARGV aside), and the string metatable is
+/// still the same table.
+fn watch_globals(lua: &Lua, globals: &Table) -> mlua::Result<Function> {
+    lua.load(
+        r#"
+        local globals, rawget, rawequal, next, type, getmetatable = ...
+        local ignored = { KEYS = true, ARGV = true }
+        local function fields(t)
+            local copy = {}
+            for k, v in next, t do
+                if not ignored[k] then copy[k] = v end
+            end
+            return copy
+        end
+        local function same(t, copy)
+            for k, v in next, t do
+                if not ignored[k] and not rawequal(copy[k], v) then return false end
+            end
+            for k, v in next, copy do
+                if not rawequal(rawget(t, k), v) then return false end
+            end
+            return true
+        end
+        local string_meta = getmetatable('')
+        local watched = { { globals, fields(globals) }, { string_meta, fields(string_meta) } }
+        for _, v in next, globals do
+            if type(v) == 'table' then watched[#watched + 1] = { v, fields(v) } end
+        end
+        return function()
+            for i = 1, #watched do
+                if not same(watched[i][1], watched[i][2]) then return false end
+            end
+            return rawequal(getmetatable(''), string_meta)
+        end
+        "#,
+    )
+    .set_name(PRELUDE_NAME)
+    .call((
+        globals.clone(),
+        globals.raw_get::<Function>("rawget")?,
+        globals.raw_get::<Function>("rawequal")?,
+        globals.raw_get::<Function>("next")?,
+        globals.raw_get::<Function>("type")?,
+        globals.raw_get::<Function>("getmetatable")?,
+    ))
+}
+
+/// `math.random`'s state, as `primitives` made it.
+fn prim_rand(prim: &Table) -> mlua::Result<Arc<AtomicU64>> {
+    let state: mlua::AnyUserData = prim.raw_get("rand_state")?;
+    let state = state.borrow::<RandState>()?;
+    Ok(Arc::clone(&state.0))
+}
+
+/// `math.random`'s state, kept in the primitives table so the interpreter
+/// can start it again.
+struct RandState(Arc<AtomicU64>);
+
+impl mlua::UserData for RandState {}
+
 /// The Rust functions behind the prelude: the per-run `call` slot, error
 /// tables, SHA1, cjson and Redis's random generator.
 fn primitives(lua: &Lua) -> mlua::Result<Table> {
@@ -619,6 +773,7 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
     )?;
     prim.set("acl_check", lua.create_function(acl_check)?)?;
     let state = Arc::new(AtomicU64::new(RAND48_INITIAL));
+    prim.set("rand_state", RandState(Arc::clone(&state)))?;
     let next = Arc::clone(&state);
     prim.set("random", lua.create_function(move |_, ()| Ok(rand48_unit(&next)))?)?;
     prim.set(

@@ -298,3 +298,33 @@ fn model_is_send() {
     fn assert_send<T: Send>() {}
     assert_send::<Redis>();
 }
+
+/// A server's interpreter may have served another server before it (see
+/// script.rs): nothing of that server shows. Its scripts are not loaded
+/// here, `math.random` starts again, and an interpreter a script changed a
+/// library table of is not lent again. (Other tests' servers share the
+/// pool; none of them changes a library table.)
+#[test]
+fn a_lent_interpreter_shows_nothing_of_its_last_server() {
+    let script = "return math.random(1000000)";
+    let sha = script::sha1_hex(script.as_bytes());
+    let mut first = Redis::new();
+    let drawn = first.apply(0, &argv(&["EVAL", script, "0"]));
+    let second = first.apply(0, &argv(&["EVALSHA", &sha, "0"]));
+    assert!(matches!(drawn, Reply::Int(_)) && drawn != second, "{drawn:?} {second:?}");
+    drop(first);
+    for _ in 0..3 {
+        let mut next = Redis::new();
+        assert_eq!(next.apply(0, &argv(&["SCRIPT", "EXISTS", &sha])), arr(vec![Reply::Int(0)]));
+        assert_eq!(next.apply(0, &argv(&["EVALSHA", &sha, "0"])), err(reply::NOSCRIPT));
+        assert_eq!(next.apply(0, &argv(&["EVAL", script, "0"])), drawn);
+        assert_eq!(next.apply(0, &argv(&["EVALSHA", &sha, "0"])), second);
+    }
+    let mut changer = Redis::new();
+    assert_eq!(changer.apply(0, &argv(&["EVAL", "string.leaked = 1 return string.leaked", "0"])), Reply::Int(1));
+    drop(changer);
+    for _ in 0..20 {
+        let mut next = Redis::new();
+        assert_eq!(next.apply(0, &argv(&["EVAL", "return string.leaked", "0"])), Reply::nil());
+    }
+}
