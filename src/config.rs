@@ -126,6 +126,9 @@ pub struct EngineConfig {
     /// timeout): nothing it wrote applies, its row locks are released, and
     /// a statement that waited this long for a lock gives up.
     pub txn_timeout_ms: u64,
+    /// Asked to stop, a worker lets its running attempts go on this long
+    /// before it cancels them, then gives back what it holds and exits.
+    pub stop_grace_ms: u64,
     /// Defect switches (all off: the correct engine). Never read from a
     /// scenario file: only an explicit `--defect` or corpus entry sets them.
     #[serde(skip)]
@@ -162,6 +165,7 @@ impl Default for EngineConfig {
             maintenance_backoff_cap_ms: 60_000,
             notify_peers: false,
             txn_timeout_ms: 30_000,
+            stop_grace_ms: 10_000,
             defects: Defects::none(),
         }
     }
@@ -252,6 +256,7 @@ impl EngineConfig {
             ("maintenance_timeout_ms", self.maintenance_timeout_ms, r.period_ms),
             ("maintenance_backoff_cap_ms", self.maintenance_backoff_cap_ms, r.span_ms),
             ("txn_timeout_ms", self.txn_timeout_ms, r.period_ms),
+            ("stop_grace_ms", self.stop_grace_ms, r.period_ms),
         ];
         let t = &self.lease_ttl;
         let ttls = [

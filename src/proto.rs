@@ -117,6 +117,12 @@ pub enum Request {
     Rollback {
         txn: TxnId,
     },
+    /// The incarnation is leaving (a graceful stop): from now on it is dead
+    /// to the store. Its heartbeats no longer count, its claims get nothing,
+    /// and recovery may release whatever it still holds.
+    Deregister {
+        owner: Owner,
+    },
 }
 
 impl Request {
@@ -144,6 +150,7 @@ impl Request {
             // operation find it inside a transaction too.
             Request::Exec { stmt, .. } => stmt.op_name(),
             Request::Rollback { .. } => "rollback",
+            Request::Deregister { .. } => "deregister",
         }
     }
 

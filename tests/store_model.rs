@@ -83,6 +83,9 @@ struct Model {
     tasks: BTreeMap<TaskId, MTask>,
     last_heartbeat: BTreeMap<Owner, u64>,
     newest_incarnation: BTreeMap<u32, u32>,
+    /// Incarnations that deregistered: their claims get nothing, their
+    /// heartbeats no longer count.
+    left: BTreeSet<Owner>,
     repair: BTreeMap<GroupId, MRepair>,
     /// Idempotency keys of enqueues and the tasks they created.
     keys: BTreeMap<u64, TaskId>,
@@ -107,6 +110,7 @@ impl Model {
             tasks: BTreeMap::new(),
             last_heartbeat: BTreeMap::new(),
             newest_incarnation: BTreeMap::new(),
+            left: BTreeSet::new(),
             repair: BTreeMap::new(),
             keys: BTreeMap::new(),
             completions: BTreeMap::new(),
@@ -214,6 +218,19 @@ impl Model {
                     },
                 );
                 Response::Enqueued { task }
+            }
+            Request::Claim { owner, .. } | Request::Heartbeat { owner } if self.left.contains(owner) => {
+                let newest = self.newest_incarnation.entry(owner.proc).or_insert(owner.incarnation);
+                *newest = (*newest).max(owner.incarnation);
+                match req {
+                    Request::Claim { .. } => Response::Claimed { grants: Vec::new() },
+                    _ => Response::Ack,
+                }
+            }
+            Request::Deregister { owner } => {
+                self.last_heartbeat.remove(owner);
+                self.left.insert(*owner);
+                Response::Ack
             }
             Request::Claim { owner, max, .. } => {
                 // A claim is a sign of life: the first one counts as a heartbeat.
@@ -476,6 +493,7 @@ enum Op {
         max: u32,
     },
     Heartbeat(Owner),
+    Deregister(Owner),
     Renew(Pick),
     Complete(Pick),
     Fail(Pick, TaskError),
@@ -520,6 +538,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(kind, group, index, delay_ms, key)| Op::Enqueue { kind, group, index, delay_ms, key }),
         4 => (owner(), 1u32..=3).prop_map(|(owner, max)| Op::Claim { owner, max }),
         3 => owner().prop_map(Op::Heartbeat),
+        1 => owner().prop_map(Op::Deregister),
         2 => pick().prop_map(Op::Renew),
         3 => pick().prop_map(Op::Complete),
         3 => (pick(), error).prop_map(|(p, e)| Op::Fail(p, e)),
@@ -569,6 +588,7 @@ fn request(op: &Op, now: u64, model: &Model, granted: &[Fence]) -> Request {
         },
         Op::Claim { owner, max } => Request::Claim { owner, max, wait_ms: 0 },
         Op::Heartbeat(owner) => Request::Heartbeat { owner },
+        Op::Deregister(owner) => Request::Deregister { owner },
         Op::Renew(p) => Request::Renew { fence: resolve(p, model, granted) },
         Op::Complete(p) => Request::Complete { fence: resolve(p, model, granted) },
         Op::Fail(p, error) => Request::Fail { fence: resolve(p, model, granted), error },

@@ -48,6 +48,8 @@ pub struct Store {
     heartbeats: BTreeMap<Owner, u64>,
     /// Newest incarnation seen per process: older ones are dead.
     incarnations: BTreeMap<ProcId, u32>,
+    /// Incarnations that deregistered: dead, whatever they send later.
+    left: BTreeSet<Owner>,
     stages: BTreeMap<StageRef, StageRow>,
     /// Idempotency keys of enqueues, and the task each created.
     keys: BTreeMap<u64, TaskId>,
@@ -76,6 +78,7 @@ impl Store {
             tasks: TaskTable::default(),
             heartbeats: BTreeMap::new(),
             incarnations: BTreeMap::new(),
+            left: BTreeSet::new(),
             stages: BTreeMap::new(),
             keys: BTreeMap::new(),
             completions: BTreeMap::new(),
@@ -201,12 +204,28 @@ impl Store {
                 obs.emit(Event::PipelineCreated { pipeline: *pipeline, stages: *stages });
                 Response::Ack
             }
+            Request::Claim { owner, .. } if self.left.contains(owner) => {
+                // It said it is leaving: a claim it sent before (delayed on
+                // the way) must not hand it tasks nobody will run.
+                self.observe_incarnation(*owner);
+                Response::Claimed { grants: Vec::new() }
+            }
             Request::Claim { owner, max, .. } => {
                 // A process that claims is alive: a newer incarnation supersedes
                 // the older ones, and a first claim counts as a sign of life.
                 self.observe_incarnation(*owner);
                 self.heartbeats.entry(*owner).or_insert(now_ms);
                 self.claim(now_ms, *owner, *max, obs)
+            }
+            Request::Heartbeat { owner } if self.left.contains(owner) => {
+                // Late on the way: it no longer makes the owner alive.
+                self.observe_incarnation(*owner);
+                Response::Ack
+            }
+            Request::Deregister { owner } => {
+                self.heartbeats.remove(owner);
+                self.left.insert(*owner);
+                Response::Ack
             }
             Request::Heartbeat { owner } => {
                 self.observe_incarnation(*owner);
@@ -426,7 +445,7 @@ impl Store {
     /// Is this process incarnation dead: superseded by a restart, or silent
     /// for longer than `dead_after_ms` since its last sign of life?
     fn owner_dead(&self, owner: Owner, now_ms: u64) -> bool {
-        let superseded = self.superseded(owner);
+        let superseded = self.superseded(owner) || self.left.contains(&owner);
         let silent = match self.heartbeats.get(&owner) {
             Some(&last) => now_ms.saturating_sub(last) > self.cfg.dead_after_ms,
             None => true,

@@ -16,16 +16,16 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
     let fence = grant.fence;
     ctx.emit(Event::PermitAcquired { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
     ctx.running.lock().expect("running lock").insert((fence.task, fence.attempt));
+    let slot = Slot { ctx: ctx.clone(), fence, permit: Some(permit) };
+    let attempts = ctx.clone();
     let ctx = ctx.clone();
-    tokio::spawn(async move {
+    let handle = tokio::spawn(async move {
         let Some(expiry_ms) = confirm_lease(&ctx, &grant).await else {
             // The lease ran out before the attempt could start (a claim
             // answer that came late): another attempt may hold it by now.
             ctx.emit(Event::AttemptDropped { fence });
             tracing::info!(%fence, "claimed attempt not started: its lease ran out first");
-            ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
-            ctx.emit(Event::PermitReleased { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
-            drop(permit);
+            slot.release();
             return;
         };
         let _renewer = expiry_ms.map(|expiry_ms| {
@@ -39,10 +39,41 @@ pub(super) fn spawn<T: Transport, H: TaskHandler>(ctx: &Arc<Ctx<T, H>>, grant: G
         tracing::debug!(%fence, error = ?result.err(), "execution finished");
         persist_outcome(&ctx, fence, grant.kind, result).await;
         drop(_renewer);
+        slot.release();
+    });
+    attempts.attempts.lock().expect("attempts lock").insert((fence.task, fence.attempt), handle);
+}
+
+/// An attempt's permit and running entry, given back exactly once: when
+/// the attempt ends, or when a stop cancels it (a kill drops them with the
+/// whole process, and there is nobody left to give them to).
+struct Slot<T: Transport, H: TaskHandler> {
+    ctx: Arc<Ctx<T, H>>,
+    fence: Fence,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<T: Transport, H: TaskHandler> Slot<T, H> {
+    fn release(mut self) {
+        self.give_back();
+    }
+
+    fn give_back(&mut self) {
+        let Some(permit) = self.permit.take() else { return };
+        let (ctx, fence) = (&self.ctx, self.fence);
         ctx.running.lock().expect("running lock").remove(&(fence.task, fence.attempt));
+        ctx.attempts.lock().expect("attempts lock").remove(&(fence.task, fence.attempt));
         ctx.emit(Event::PermitReleased { owner: ctx.owner, task: fence.task, attempt: fence.attempt });
         drop(permit);
-    });
+    }
+}
+
+impl<T: Transport, H: TaskHandler> Drop for Slot<T, H> {
+    fn drop(&mut self) {
+        if self.ctx.cancelling.load(std::sync::atomic::Ordering::Relaxed) {
+            self.give_back();
+        }
+    }
 }
 
 /// Outcome persistence under its deadline. On timeout the permit is dropped

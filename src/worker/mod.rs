@@ -10,6 +10,7 @@ mod attempt;
 mod background;
 mod claim_loop;
 mod maintenance;
+mod stop;
 
 use crate::clock::Clock;
 use crate::config::EngineConfig;
@@ -38,6 +39,13 @@ pub(crate) struct Ctx<T, H> {
     pub running: std::sync::Mutex<std::collections::BTreeSet<(crate::ids::TaskId, u32)>>,
     /// The sequence number of the last transaction this incarnation opened.
     pub last_txn: std::sync::atomic::AtomicU64,
+    /// Every attempt's task, until it ends: a stop cancels the ones still
+    /// running when its grace runs out.
+    pub attempts: std::sync::Mutex<std::collections::BTreeMap<(crate::ids::TaskId, u32), JoinHandle<()>>>,
+    /// Set while a stop cancels attempts: an attempt dropped then gives
+    /// back its permit and its running entry (one dropped by a kill has
+    /// nobody to give them to).
+    pub cancelling: std::sync::atomic::AtomicBool,
 }
 
 impl<T: Transport, H: TaskHandler> Ctx<T, H> {
@@ -119,16 +127,31 @@ impl<T: Transport, H: TaskHandler> Worker<T, H> {
             kick: Notify::new(),
             running: Default::default(),
             last_txn: Default::default(),
+            attempts: Default::default(),
+            cancelling: Default::default(),
         };
         Worker { ctx: Arc::new(ctx) }
     }
 
     /// Runs the process until it is killed (the future is dropped).
     pub async fn run(self) {
+        self.run_until(std::future::pending()).await;
+    }
+
+    /// Runs the process until it is killed, or until `stop` resolves: then
+    /// it stops gracefully ([`stop::drain`]) and returns.
+    pub async fn run_until(self, stop: impl std::future::Future<Output = ()>) {
         let ctx = self.ctx;
         ctx.emit(Event::ProcessStarted { owner: ctx.owner, concurrency: effective_concurrency(&ctx.cfg) });
         tracing::info!(owner = %ctx.owner, concurrency = effective_concurrency(&ctx.cfg), "worker started");
-        let _background = background::spawn_all(&ctx);
-        claim_loop::run(ctx).await;
+        let background = background::spawn_all(&ctx);
+        tokio::select! {
+            biased;
+            _ = stop => {}
+            _ = claim_loop::run(ctx.clone()) => {}
+        }
+        // The claim loop is dropped where it stood: a claim on its way or
+        // held open, an idle wait, maintenance passes in flight.
+        stop::drain(&ctx, background).await;
     }
 }

@@ -55,6 +55,17 @@ CREATE TABLE heartbeats (
     proc        bigint NOT NULL,
     incarnation bigint NOT NULL,
     last_ms     bigint NOT NULL,
+    -- It deregistered: no sign of life any more (the row stays, so that
+    -- older incarnations still read as superseded).
+    gone        boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (proc, incarnation)
+);
+
+-- Incarnations that deregistered: their claims get nothing, their
+-- heartbeats no longer count.
+CREATE TABLE left_owners (
+    proc        bigint NOT NULL,
+    incarnation bigint NOT NULL,
     PRIMARY KEY (proc, incarnation)
 );
 

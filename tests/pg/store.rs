@@ -164,7 +164,7 @@ impl PgStore {
         // DELETE, not TRUNCATE: on tables this small it is twice as fast
         // (TRUNCATE makes new files for every table and index).
         self.main.client.batch_execute(
-            "DELETE FROM stages; DELETE FROM built_indexes; DELETE FROM tasks; DELETE FROM heartbeats; DELETE FROM materialized_indexes;
+            "DELETE FROM stages; DELETE FROM built_indexes; DELETE FROM tasks; DELETE FROM heartbeats; DELETE FROM left_owners; DELETE FROM materialized_indexes;
              DELETE FROM group_repair; DELETE FROM task_kinds;
              SELECT setval(pg_get_serial_sequence('tasks', 'id'), 1, false)",
         )?;
@@ -202,8 +202,15 @@ impl Tx<'_> {
         match req {
             Request::Enqueue { spec, key } => enqueue(self, spec, *key),
             Request::CreatePipeline { pipeline, stages } => create_pipeline(self, *pipeline, *stages),
+            Request::Claim { owner, .. } | Request::Heartbeat { owner } if has_left(self, *owner)? => {
+                Ok(match req {
+                    Request::Claim { .. } => Response::Claimed { grants: Vec::new() },
+                    _ => Response::Ack,
+                })
+            }
             Request::Claim { owner, max, .. } => claim(self, *owner, *max),
             Request::Heartbeat { owner } => heartbeat(self, *owner),
+            Request::Deregister { owner } => deregister(self, *owner),
             Request::Renew { fence } => renew(self, fence),
             Request::LeaseValid { fence } => lease_valid(self, fence),
             Request::Complete { fence } => complete(self, fence),
@@ -369,6 +376,20 @@ fn claim(tx: &mut Tx, owner: Owner, max: u32) -> Result<Response, Error> {
         lease_expiry_ms: row.get::<_, Option<i64>>(3).map(num),
     };
     Ok(Response::Claimed { grants: rows.iter().map(grant).collect() })
+}
+
+fn has_left(tx: &mut Tx, owner: Owner) -> Result<bool, Error> {
+    const SQL: &str = "SELECT 1 FROM left_owners WHERE proc = $1 AND incarnation = $2";
+    Ok(tx.query_opt(SQL, &[&i64::from(owner.proc), &i64::from(owner.incarnation)])?.is_some())
+}
+
+fn deregister(tx: &mut Tx, owner: Owner) -> Result<Response, Error> {
+    const GONE: &str = "UPDATE heartbeats SET gone = true WHERE proc = $1 AND incarnation = $2";
+    const LEFT: &str = "INSERT INTO left_owners (proc, incarnation) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+    let (proc, incarnation) = (i64::from(owner.proc), i64::from(owner.incarnation));
+    tx.execute(GONE, &[&proc, &incarnation])?;
+    tx.execute(LEFT, &[&proc, &incarnation])?;
+    Ok(Response::Ack)
 }
 
 fn heartbeat(tx: &mut Tx, owner: Owner) -> Result<Response, Error> {
@@ -547,7 +568,7 @@ fn release_dead(tx: &mut Tx) -> Result<Response, Error> {
              WHERE t.state = 'leased' AND t.lease_expiry_ms IS NULL
                AND (NOT EXISTS (SELECT 1 FROM heartbeats h
                                 WHERE h.proc = t.owner_proc AND h.incarnation = t.owner_incarnation
-                                  AND $1 - h.last_ms <= $2)
+                                  AND $1 - h.last_ms <= $2 AND NOT h.gone)
                     OR EXISTS (SELECT 1 FROM heartbeats h
                                WHERE h.proc = t.owner_proc AND h.incarnation > t.owner_incarnation))
              FOR UPDATE SKIP LOCKED)
@@ -763,7 +784,7 @@ const TABLES: [(&str, &str); 6] = [
     ("rows_stages", "SELECT pipeline, stage_index, task_id, done FROM stages ORDER BY pipeline, stage_index"),
     ("rows_built", "SELECT index_id, task_id FROM built_indexes ORDER BY index_id"),
     ("rows_materialized", "SELECT index_id FROM materialized_indexes ORDER BY index_id"),
-    ("rows_heartbeats", "SELECT proc, incarnation, last_ms FROM heartbeats ORDER BY proc, incarnation"),
+    ("rows_heartbeats", "SELECT proc, incarnation, last_ms FROM heartbeats WHERE NOT gone ORDER BY proc, incarnation"),
     ("rows_repair", "SELECT grp, misses, next_at_ms FROM group_repair ORDER BY grp"),
 ];
 

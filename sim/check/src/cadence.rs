@@ -104,7 +104,7 @@ impl PassCadence {
     fn excused(&self, owner: Owner, from: u64, now: u64, ctx: &Ctx) -> bool {
         let store_down = ctx.view.store_down.iter().any(|&(s, e)| s <= now && e.is_none_or(|e| e > from));
         let clock_moved = self.clock_moved_ms.get(&owner.proc).is_some_and(|&at| at >= from);
-        store_down || clock_moved || !ctx.view.live_throughout(owner, from, now)
+        store_down || clock_moved || !ctx.view.serving_throughout(owner, from, now)
     }
 
     /// When the wait after an answer at `answered_ms` starts to run on

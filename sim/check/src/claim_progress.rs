@@ -20,7 +20,7 @@ use leasesim_vocab::history::{Entry, Record, WorldEvent};
 use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::Op;
 use leasesim_vocab::task::TaskState;
-use leasesim_vocab::truth::Fact;
+use leasesim_vocab::truth::{Fact, Sender};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const NAME: &str = "claim-progress";
@@ -91,7 +91,7 @@ impl ClaimProgress {
     fn idle_owner(&self, ctx: &Ctx, from: u64, now: u64) -> Option<Owner> {
         let concurrency = ctx.view.concurrency();
         ctx.view.owners.keys().copied().find(|owner| {
-            ctx.view.live_throughout(*owner, from, now)
+            ctx.view.serving_throughout(*owner, from, now)
                 && self.last_full.get(owner).is_none_or(|&full| full < from)
                 && ctx.view.busy(*owner, now) < concurrency
         })
@@ -139,6 +139,11 @@ impl ClaimProgress {
         let held = ctx.view.requests.values().filter(|r| {
             matches!(r.request, Op::Claim { wait_ms, .. } if wait_ms > 0) && r.handed_ms.is_some() && r.answer.is_none()
         });
+        // A held poll of an incarnation that deregistered is owed nothing.
+        let left = |from: &Sender| {
+            matches!(from, Sender::Worker(o) if ctx.view.owner(*o).is_some_and(|v| v.deregistered_ms.is_some()))
+        };
+        let held: Vec<_> = held.filter(|r| !left(&r.from)).collect();
         for r in held {
             let handed = r.handed_ms.expect("held polls were handed over");
             for &id in &ctx.view.ready {

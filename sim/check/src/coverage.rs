@@ -120,6 +120,11 @@ points! {
     CLAIM_ANSWER_LOST = "claim-answer-lost": "a claim granted tasks and its answer was lost: they are leased to a worker that does not know it holds them";
     LIVE_OWNER_RELEASED = "live-owner-task-released": "a heartbeat-owned task was released as dead while its owner was up, not paused and not replaced: silent at the store, not gone";
     FAILED_REGRANTED = "failed-task-regranted-to-same-owner": "a task whose attempt failed was granted again, at a new attempt, to the same worker incarnation that failed it (what that worker remembers of the task, its backoff and its retry count, meets the task again)";
+    STOP_WHILE_RUNNING = "stopped-while-running": "a process was asked to stop while attempts ran on it (bodies running or outcomes being recorded)";
+    STOP_CLAIM_PENDING = "stopped-with-claim-at-store": "a process was asked to stop while a claim of its own was at the store unanswered: the stop drops it, and whatever it grants must still come back";
+    STOP_CANCELLED = "attempt-cancelled-by-stop": "a body was cut short by its process's stop, its grace run out";
+    STOP_RELEASED = "stop-released-tasks": "a stopping process's release of its own tasks gave back at least one task it held";
+    STOP_OUTLASTED = "stop-outlasted-its-window": "a process asked to stop was still up when its window ended, and was killed";
 }
 
 /// Does `point` name something an engine with these capabilities can do?
@@ -160,6 +165,11 @@ pub fn applies(point: &str, caps: &Capabilities) -> bool {
         "completion-retried-after-commit" => caps.outcome_answers,
         "permit-returned-unstarted" => caps.permits,
         "queued-task-behind-running-one" => caps.named_queues,
+        "stopped-while-running"
+        | "stopped-with-claim-at-store"
+        | "attempt-cancelled-by-stop"
+        | "stop-released-tasks"
+        | "stop-outlasted-its-window" => caps.graceful_stop,
         _ => true,
     }
 }
@@ -274,6 +284,7 @@ impl Coverage {
         self.answers(now, rec, ctx);
         self.commits(now, rec, ctx);
         self.facts(now, rec, ctx);
+        self.stops(now, rec, ctx);
         // Killed or exited alike (`WorldEvent::gone`).
         let gone = match &rec.entry {
             Entry::World(w) => w.gone(),
@@ -304,6 +315,41 @@ impl Coverage {
             }
         }
         self.expiry_scan.note(rec);
+    }
+
+    /// A graceful stop's moments.
+    fn stops(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
+        let v = &ctx.view;
+        let stopping = |owner: &leasesim_vocab::ids::Owner| v.owner(*owner).is_some_and(|o| o.stop_requested_ms.is_some());
+        match &rec.entry {
+            Entry::World(WorldEvent::StopRequested { owner }) => {
+                if v.busy(*owner, now) > 0 {
+                    self.hit(STOP_WHILE_RUNNING);
+                }
+                let claim_at_store = v
+                    .requests
+                    .values()
+                    .any(|r| r.from == Sender::Worker(*owner) && matches!(r.request, Op::Claim { .. }) && r.answer.is_none());
+                if claim_at_store {
+                    self.hit(STOP_CLAIM_PENDING);
+                }
+            }
+            Entry::Truth(Fact::BodyStopped { on, .. }) if stopping(on) && v.killed(*on).is_none() => {
+                self.hit(STOP_CANCELLED);
+            }
+            Entry::World(WorldEvent::ProcessKilled { owner }) if stopping(owner) => self.hit(STOP_OUTLASTED),
+            Entry::Truth(Fact::Answered { .. }) => {
+                let Some(a) = answer(rec, ctx) else { return };
+                let own = match &a.request.request {
+                    Op::ReleaseOrphans { owner, .. } | Op::ReturnOwn { owner, .. } => Some(owner),
+                    _ => None,
+                };
+                if own.is_some_and(stopping) && a.commit.tasks.iter().any(|c| lost_holder(c).is_some()) {
+                    self.hit(STOP_RELEASED);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Situations that hold at a moment rather than at one record.

@@ -136,14 +136,26 @@ pub(super) fn justify(
                 return Ok(format!("{owner} handed it back itself"));
             }
         }
-        if let Op::ReleaseOrphans { .. } = r.request {
+        if let Op::ReleaseOrphans { older_than_ms, .. } = r.request {
             // The owner listed what it runs just before the request reached
-            // the store; its clock may be off by its offset.
+            // the store; its clock may be off by its offset. It may ask for
+            // younger grants than the promised age (a stopping owner, which
+            // starts nothing more, asks for every one).
+            let orphan_age_ms = older_than_ms.min(promise::orphan_age_ms(cfg));
+            // After it deregistered, it is leaving: it may give back any
+            // task whose body no longer runs, an attempt it cut short while
+            // it recorded its outcome included (the harness cannot see that
+            // cut; the fence turns away whatever the attempt still sends).
+            let left = ctx.view.owner(owner).and_then(|o| o.deregistered_ms).filter(|&d| d <= now);
+            let body_runs = ctx.view.owner(owner).is_some_and(|o| o.bodies.contains(holder));
+            if let (Some(left), false) = (left, body_runs) {
+                return Ok(format!("{owner} released it itself after it deregistered at {left} ms, its body no longer running"));
+            }
             let listed = r.arrived_ms;
             let active = ctx.view.active(holder, listed) || ctx.view.active(holder, now);
             let granted = ctx.view.grants.get(holder).copied().unwrap_or(0);
             let skew = ctx.view.procs.get(&owner.proc).map_or(0, |p| p.offset_ms.unsigned_abs()) + CLOCK_SLACK_MS;
-            if !active && listed + skew > granted + promise::orphan_age_ms(cfg) {
+            if !active && listed + skew > granted + orphan_age_ms {
                 return Ok(format!(
                     "{owner} released it itself, not running it, {} ms after the grant",
                     listed - granted.min(listed)

@@ -30,6 +30,7 @@ mod eventual_completion;
 mod exactly_once;
 mod execution;
 mod fenced_completion;
+mod graceful_stop;
 mod keepalive;
 pub mod kinds;
 mod lease_recovery;
@@ -217,6 +218,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(outcome_kept::OutcomeKept::default()),
         Box::new(keepalive::Keepalive::default()),
         Box::new(permit_leak::PermitLeak::default()),
+        Box::new(graceful_stop::GracefulStop::default()),
         Box::new(testimony::Testimony::default()),
         // liveness, after the heal
         Box::new(claim_progress::ClaimProgress::default()),

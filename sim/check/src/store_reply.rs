@@ -211,6 +211,11 @@ impl Judge<'_> {
         if told != done {
             return Some(format!("a claim answered grants {told:?} but committed {done:?}"));
         }
+        // An incarnation that deregistered is granted nothing more (a claim
+        // it sent before, late on the way or held open).
+        if grants.is_empty() && self.ctx.view.owner(owner).is_some_and(|o| o.deregistered_ms.is_some()) {
+            return None;
+        }
         self.claim_order(max)
     }
 

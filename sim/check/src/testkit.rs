@@ -75,6 +75,7 @@ pub fn promises() -> Promises {
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
         heartbeat_calls: 1,
         releases_by_process: false,
+        stop_grace_ms: 10_000,
     }
 }
 

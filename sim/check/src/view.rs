@@ -122,6 +122,9 @@ pub struct OwnerView {
     /// When the store applied its `Deregister` (it said it is leaving and
     /// keeps nothing alive from then on).
     pub deregistered_ms: Option<u64>,
+    /// When the world asked it to stop (a graceful stop): from then on it
+    /// is leaving, and owes no claim or periodic pass.
+    pub stop_requested_ms: Option<u64>,
     /// Task bodies running on it now.
     pub bodies: BTreeSet<Fence>,
     /// Attempts whose body ended and whose outcome answer has not reached it
@@ -399,6 +402,14 @@ impl View {
             && p.is_none_or(|p| !p.paused_between(from, to) && !p.partitioned_between(from, to))
     }
 
+    /// `live_throughout`, and not asked to stop by `to`: a process that is
+    /// leaving owes no claim and no periodic pass (it still owes what keeps
+    /// its running attempts alive).
+    pub fn serving_throughout(&self, owner: Owner, from: u64, to: u64) -> bool {
+        self.live_throughout(owner, from, to)
+            && self.owners.get(&owner).is_some_and(|o| o.stop_requested_ms.is_none_or(|s| s > to))
+    }
+
     /// Slots of `owner` in use at `now`: bodies running, and attempts whose
     /// outcome is still being recorded (at most the finalization deadline).
     pub fn busy(&self, owner: Owner, now: u64) -> u32 {
@@ -637,6 +648,9 @@ impl View {
             WorldEvent::ProcessResumed { proc } => close(&mut self.procs.entry(*proc).or_default().pauses, now),
             WorldEvent::ClockOffset { proc, offset_ms } => {
                 self.procs.entry(*proc).or_default().offset_ms = *offset_ms;
+            }
+            WorldEvent::StopRequested { owner } => {
+                self.owners.entry(*owner).or_default().stop_requested_ms.get_or_insert(now);
             }
             WorldEvent::Fault { .. } => {}
             WorldEvent::Heal => {

@@ -614,6 +614,8 @@ impl Builder {
             WorldEvent::Fault { kind, detail } => {
                 self.mark(now, MarkKind::Fault { kind: kind.clone(), detail: detail.clone() });
             }
+            // The graceful-stop fault's own record marks the moment.
+            WorldEvent::StopRequested { owner } => self.see(*owner),
             WorldEvent::Heal => {
                 self.tl.heal_ms.get_or_insert(now);
                 self.mark(now, MarkKind::Heal);

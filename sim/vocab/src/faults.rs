@@ -26,12 +26,13 @@ pub enum FaultKind {
     DuplicateDelivery,
     SerializationFailure,
     LockTimeout,
+    GracefulStop,
 }
 
 impl FaultKind {
     // New kinds go at the end: plans draw a coin per kind in this order, so
     // a kind added in the middle would reshuffle every plan after it.
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::HungFinalization,
         FaultKind::ProcessKill,
         FaultKind::StalePoll,
@@ -50,7 +51,17 @@ impl FaultKind {
         FaultKind::DuplicateDelivery,
         FaultKind::SerializationFailure,
         FaultKind::LockTimeout,
+        FaultKind::GracefulStop,
     ];
+
+    /// The kinds a scenario allows when it names none: every kind but the
+    /// ones a scenario must ask for by name. A graceful stop needs an engine
+    /// that can stop (`Capabilities::graceful_stop`), and a kind added to
+    /// the default would change the plan of every seed of every scenario
+    /// that names no kinds.
+    pub fn default_kinds() -> Vec<FaultKind> {
+        FaultKind::ALL.into_iter().filter(|k| *k != FaultKind::GracefulStop).collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +83,7 @@ impl FaultKind {
             FaultKind::DuplicateDelivery => "duplicate-delivery",
             FaultKind::SerializationFailure => "serialization-failure",
             FaultKind::LockTimeout => "lock-timeout",
+            FaultKind::GracefulStop => "graceful-stop",
         }
     }
 
@@ -104,6 +116,9 @@ impl FaultKind {
             FaultKind::SerializationFailure => "a write's transaction fails with a retryable conflict: nothing applied",
             FaultKind::LockTimeout => {
                 "a write waits on a row lock past the store's lock timeout: its transaction aborts, nothing applied (SQLSTATE 55P03)"
+            }
+            FaultKind::GracefulStop => {
+                "a worker process is asked to stop (SIGTERM): it stops claiming, ends its attempts, gives back what it holds and exits; killed if still up when its window ends, then restarted"
             }
         }
     }

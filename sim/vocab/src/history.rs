@@ -35,6 +35,9 @@ pub enum WorldEvent {
     /// The process exited on its own (its worker returned, after an error
     /// or a shutdown): gone as a killed one is, but no one killed it.
     ProcessExited { owner: Owner },
+    /// The world asked the process to stop (a SIGTERM from its supervisor):
+    /// an engine that can stop gracefully ends its work and exits.
+    StopRequested { owner: Owner },
 }
 
 impl WorldEvent {

@@ -124,6 +124,10 @@ pub struct Promises {
     /// a reason stays `lease-revocation`'s to judge.
     #[serde(default)]
     pub releases_by_process: bool,
+    /// How long a process asked to stop lets its running attempts go on
+    /// before it cancels them (with `Capabilities::graceful_stop`).
+    #[serde(default)]
+    pub stop_grace_ms: u64,
 }
 
 /// A span no run reaches: a promise of "never" (no maintenance pass, no
@@ -203,6 +207,7 @@ impl Promises {
             txn_timeout_from: TxnTimeoutFrom::default(),
             heartbeat_calls: 1,
             releases_by_process: false,
+            stop_grace_ms: 0,
         }
     }
 }
@@ -381,6 +386,11 @@ pub struct Capabilities {
     /// A process tells the store it is leaving (deregisters) before it
     /// exits, and the store keeps or frees what it held.
     pub deregistration: bool,
+    /// Asked to stop, a process stops claiming, lets its attempts end
+    /// within `Promises::stop_grace_ms`, cancels the rest, gives back every
+    /// task it holds and exits (`graceful-stop` judges it).
+    #[serde(default)]
+    pub graceful_stop: bool,
 }
 
 impl Default for Capabilities {
@@ -418,6 +428,7 @@ impl Capabilities {
         redelivery: false,
         periodic_passes: false,
         deregistration: false,
+        graceful_stop: false,
     };
 
     /// Everything: the built-in engine.
@@ -444,6 +455,7 @@ impl Capabilities {
         redelivery: true,
         periodic_passes: true,
         deregistration: true,
+        graceful_stop: true,
     };
 
     /// Every capability by name, for `cargo sim list` and messages.
@@ -471,6 +483,7 @@ impl Capabilities {
             ("redelivery", self.redelivery),
             ("periodic-passes", self.periodic_passes),
             ("deregistration", self.deregistration),
+            ("graceful-stop", self.graceful_stop),
         ]
     }
 }

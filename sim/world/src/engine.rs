@@ -183,6 +183,9 @@ pub struct WorkerWorld<E: EngineUnderTest> {
     /// The other worker processes (for peer notes, if the engine has them).
     pub peers: Vec<ProcId>,
     pub shared: E::Shared,
+    /// This incarnation's stop signal (a graceful stop: an adapter whose
+    /// engine can stop hands it to the engine's shutdown seam).
+    pub stop: crate::world::stop::Stop,
 }
 
 /// What the world gives one call of the application's client.

@@ -207,7 +207,8 @@ impl CoverageSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FaultLimits {
-    /// Fault kinds a plan may draw (default: all).
+    /// Fault kinds a plan may draw (default: every kind but the ones a
+    /// scenario must name, `FaultKind::default_kinds`).
     pub kinds: Vec<FaultKind>,
     /// An enabled kind gets 1..=this many events.
     pub max_events_per_kind: u32,
@@ -229,7 +230,7 @@ pub struct FaultLimits {
 impl Default for FaultLimits {
     fn default() -> Self {
         FaultLimits {
-            kinds: FaultKind::ALL.to_vec(),
+            kinds: FaultKind::default_kinds(),
             max_events_per_kind: 3,
             max_window_ms: 60_000,
             max_pause_ms: 120_000,
@@ -707,6 +708,9 @@ pub fn validate_engine(s: &Scenario) -> Result<(), String> {
     let w = &s.workload;
     if w.queues > 0 && !s.engine.get().capabilities().named_queues {
         return Err(format!("workload.queues: engine '{}' has no named queues", s.engine.get().name()));
+    }
+    if s.faults.kinds.contains(&FaultKind::GracefulStop) && !s.engine.get().capabilities().graceful_stop {
+        return Err(format!("faults.kinds: engine '{}' cannot stop gracefully (graceful-stop)", s.engine.get().name()));
     }
     s.engine.get().validate(s)
 }

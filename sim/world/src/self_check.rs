@@ -131,6 +131,11 @@ impl Shape {
                     _ => self.problems.push(format!("record {i}: {owner} gone, but it was not the live incarnation")),
                 }
             }
+            WorldEvent::StopRequested { owner } => {
+                if self.procs.get(&owner.proc) != Some(&(owner.incarnation, true)) {
+                    self.problems.push(format!("record {i}: {owner} asked to stop, but it was not the live incarnation"));
+                }
+            }
             WorldEvent::Heal => {
                 self.heals += 1;
             }

@@ -178,6 +178,7 @@ pub fn op(q: &Q) -> Op {
         Q::QueryIndex { index, lag_timeout_ms } => Op::QueryIndex { index: *index, lag_timeout_ms: *lag_timeout_ms },
         Q::Exec { txn, stmt, commit } => Op::Exec { txn: self::txn(*txn), stmt: Box::new(op(stmt)), commit: *commit },
         Q::Rollback { txn } => Op::Rollback { txn: self::txn(*txn) },
+        Q::Deregister { owner } => Op::Deregister { owner: self::owner(*owner) },
     }
 }
 
@@ -344,6 +345,8 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Open,
         heartbeat_calls: 1,
         releases_by_process: false,
+        // worker/stop.rs.
+        stop_grace_ms: cfg.stop_grace_ms,
     }
 }
 

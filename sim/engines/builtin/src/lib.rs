@@ -149,7 +149,8 @@ impl EngineUnderTest for Builtin {
                 .await
                 .expect("a worker binds its address");
             let clock = Arc::new(EngineClock(w.clock));
-            Worker::new(cfg, convert::engine_owner(w.owner), transport, Body(w.body), clock, obs).run().await;
+            let worker = Worker::new(cfg, convert::engine_owner(w.owner), transport, Body(w.body), clock, obs);
+            worker.run_until(w.stop.requested()).await;
         })
     }
 
@@ -262,7 +263,7 @@ impl Engine for Builtin {
 
     fn capabilities(&self) -> Capabilities {
         // Everything the harness knows but named queues.
-        Capabilities { named_queues: false, deregistration: false, ..Capabilities::ALL }
+        Capabilities { named_queues: false, ..Capabilities::ALL }
     }
 
     fn with_switches(&self, on: &[String]) -> Result<Arc<dyn Engine>, String> {

@@ -138,6 +138,8 @@ impl Engine for Graphile {
             txn_timeout_from: leasesim_vocab::promise::TxnTimeoutFrom::Idle,
             heartbeat_calls: 1,
             releases_by_process: false,
+            // No graceful stop is wired to the world's stop signal yet.
+            stop_grace_ms: 0,
         }
     }
 
@@ -169,6 +171,9 @@ impl Engine for Graphile {
             periodic_passes: false,
             // A worker that stops deletes its own row (`WorkerDeregister`).
             deregistration: true,
+            // graphile has a shutdown signal, but this adapter does not
+            // hand it the world's stop yet.
+            graceful_stop: false,
         }
     }
 

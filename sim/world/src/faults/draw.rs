@@ -123,7 +123,11 @@ pub fn draw_one(kind: FaultKind, rng: &mut ChaCha8Rng, s: &Scenario) -> FaultEve
     }
     let workers = s.topology.workers;
     match kind {
-        FaultKind::ProcessKill | FaultKind::ProcessPause | FaultKind::Partition | FaultKind::MissedHeartbeat => {
+        FaultKind::ProcessKill
+        | FaultKind::ProcessPause
+        | FaultKind::Partition
+        | FaultKind::MissedHeartbeat
+        | FaultKind::GracefulStop => {
             e.proc = Some(rng.gen_range(1..=workers));
         }
         FaultKind::ClockOffset => {

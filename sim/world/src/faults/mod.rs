@@ -143,6 +143,7 @@ impl FaultPlan {
                     | FaultKind::Partition
                     | FaultKind::MissedHeartbeat
                     | FaultKind::ClockOffset
+                    | FaultKind::GracefulStop
             );
             if needs_proc && e.proc.is_none() {
                 return Err(format!("{at}.proc: a {} fault needs a target process", e.kind));

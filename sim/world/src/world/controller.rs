@@ -12,6 +12,7 @@ use madsim::task::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use super::stop::Stop;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProcState {
@@ -30,21 +31,78 @@ struct Proc {
     state: ProcState,
     /// Requests of the live incarnation now on their first hop.
     hops_out: u32,
+    /// The incarnation asked to stop, until it is gone.
+    stopping: Option<u32>,
 }
 
 pub struct Controller {
     rec: Recorder,
     procs: Mutex<BTreeMap<ProcId, Proc>>,
     clogged: Mutex<BTreeSet<ProcId>>,
+    /// Each process's live incarnation's stop signal (kept apart from
+    /// `procs`: a node's first init may run before `add_worker`).
+    stops: Mutex<BTreeMap<ProcId, Stop>>,
 }
 
 impl Controller {
     pub fn new(rec: Recorder) -> Self {
-        Controller { rec, procs: Mutex::new(BTreeMap::new()), clogged: Mutex::new(BTreeSet::new()) }
+        Controller {
+            rec,
+            procs: Mutex::new(BTreeMap::new()),
+            clogged: Mutex::new(BTreeSet::new()),
+            stops: Mutex::new(BTreeMap::new()),
+        }
     }
 
     pub fn add_worker(&self, proc: ProcId, node: NodeId, incarnation: Arc<AtomicU32>) {
-        self.procs.lock().expect("procs").insert(proc, Proc { node, incarnation, state: ProcState::Up, hops_out: 0 });
+        self.procs.lock().expect("procs").insert(proc, Proc {
+                node,
+                incarnation,
+                state: ProcState::Up,
+                hops_out: 0,
+                stopping: None,
+            });
+    }
+
+    /// A new incarnation of `proc` started, with its own stop signal.
+    pub fn started(&self, proc: ProcId, stop: Stop) {
+        self.stops.lock().expect("stops").insert(proc, stop);
+        if let Some(p) = self.procs.lock().expect("procs").get_mut(&proc) {
+            p.stopping = None;
+        }
+    }
+
+    /// Asks the live incarnation of `proc` to stop (its supervisor's
+    /// SIGTERM; a paused process takes it when it runs again). Returns the
+    /// incarnation asked, or `None` if it was down.
+    pub fn stop(&self, proc: ProcId) -> Option<u32> {
+        let mut procs = self.procs.lock().expect("procs");
+        let p = procs.get_mut(&proc)?;
+        if p.state == ProcState::Down {
+            return None;
+        }
+        let owner = Self::owner(proc, p);
+        p.stopping = Some(owner.incarnation);
+        self.rec.world(WorldEvent::StopRequested { owner });
+        if let Some(stop) = self.stops.lock().expect("stops").get(&proc) {
+            stop.ask();
+        }
+        Some(owner.incarnation)
+    }
+
+    /// The window a stop gave incarnation `incarnation` of `proc` is over:
+    /// if it is still up, its supervisor kills it (and starts it again
+    /// later, as after any kill). Returns whether it had to.
+    pub fn stop_deadline(&self, proc: ProcId, incarnation: u32) -> bool {
+        let still_up = {
+            let procs = self.procs.lock().expect("procs");
+            procs.get(&proc).is_some_and(|p| {
+                p.state != ProcState::Down
+                    && p.stopping == Some(incarnation)
+                    && p.incarnation.load(Ordering::Relaxed) == incarnation
+            })
+        };
+        still_up && self.kill(proc)
     }
 
     pub fn node_ids(&self) -> Vec<NodeId> {

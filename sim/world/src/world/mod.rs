@@ -14,6 +14,7 @@ pub mod link;
 pub mod net;
 pub mod quiet;
 pub mod sim_clock;
+pub mod stop;
 pub mod store_node;
 pub mod workload;
 
@@ -185,7 +186,9 @@ pub async fn run<E: EngineUnderTest>(engine: Arc<E>, spec: WorldSpec, seed: u64)
         store_node.spawn(async move { sabotage_at(sabotage, rec).await });
     }
     let control = parts.control.clone();
-    drive_process_faults(&parts.spec.plan, &faults, &control, &store, scenario.phases.fault_phase_ms).await;
+    let restart_delay_ms = parts.engine.restart_delay_ms();
+    drive_process_faults(&parts.spec.plan, &faults, &control, &store, scenario.phases.fault_phase_ms, restart_delay_ms)
+        .await;
     rec.world(WorldEvent::Heal);
     faults.heal();
     control.heal();
@@ -234,9 +237,10 @@ fn clock_offset(plan: &FaultPlan, proc: u32) -> i64 {
 async fn drive_process_faults<E: EngineUnderTest>(
     plan: &FaultPlan,
     faults: &Injector,
-    control: &Controller,
+    control: &Arc<Controller>,
     store: &StoreNode<E>,
     fault_phase_ms: u64,
+    restart_delay_ms: u64,
 ) {
     #[derive(Debug, Clone, Copy)]
     enum Act {
@@ -248,25 +252,30 @@ async fn drive_process_faults<E: EngineUnderTest>(
         Unclog,
         CrashStore,
         RestartStore,
+        Stop,
+        StopDeadline,
     }
-    let mut acts: Vec<(u64, u32, Act, FaultKind)> = Vec::new();
-    for e in &plan.events {
+    let mut acts: Vec<(u64, u32, Act, FaultKind, usize)> = Vec::new();
+    for (i, e) in plan.events.iter().enumerate() {
         let (start, stop) = match e.kind {
             FaultKind::ProcessKill => (Act::Kill, Act::Restart),
             FaultKind::ProcessPause => (Act::Pause, Act::Resume),
             FaultKind::Partition => (Act::Clog, Act::Unclog),
             FaultKind::StoreCrash => (Act::CrashStore, Act::RestartStore),
+            FaultKind::GracefulStop => (Act::Stop, Act::StopDeadline),
             _ => continue,
         };
         // Process faults name their worker; the store is process 0.
         let proc = e.proc.unwrap_or(0);
-        acts.push((e.at_ms, proc, start, e.kind));
-        acts.push((e.end_ms(), proc, stop, e.kind));
+        acts.push((e.at_ms, proc, start, e.kind, i));
+        acts.push((e.end_ms(), proc, stop, e.kind, i));
     }
+    // Per graceful stop (by its place in the plan): the incarnation it asked.
+    let mut asked: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
     // Stable: at one instant, acts keep plan order.
     acts.sort_by_key(|(at, ..)| *at);
     let start = tokio::time::Instant::now() - Duration::from_millis(faults.now_ms());
-    for (at_ms, proc, act, kind) in acts {
+    for (at_ms, proc, act, kind, event) in acts {
         if at_ms >= fault_phase_ms {
             break;
         }
@@ -290,6 +299,25 @@ async fn drive_process_faults<E: EngineUnderTest>(
             Act::Unclog => control.unclog(proc),
             Act::CrashStore => store.crash_now(),
             Act::RestartStore => store.restart_now(),
+            Act::Stop => {
+                if let Some(incarnation) = control.stop(proc) {
+                    asked.insert(event, incarnation);
+                    faults.inject(kind, format!("p{proc} asked to stop"));
+                }
+            }
+            Act::StopDeadline => {
+                let asked = asked.get(&event).copied();
+                if asked.is_some_and(|incarnation| control.stop_deadline(proc, incarnation)) {
+                    // Worded as a kill's: coverage tells a fault's kill from an exit by it.
+                    faults.inject(kind, format!("p{proc} killed"));
+                    // Its supervisor starts it again, as after an exit.
+                    let control = control.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(restart_delay_ms)).await;
+                        control.restart(proc);
+                    });
+                }
+            }
         }
     }
     tokio::time::sleep_until(start + Duration::from_millis(fault_phase_ms)).await;
@@ -312,6 +340,8 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
             let incarnation = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let owner = Owner { proc, incarnation };
             rec.world(WorldEvent::ProcessUp { owner });
+            let stop = stop::Stop::default();
+            control.started(proc, stop.clone());
             let w = WorkerWorld {
                 owner,
                 link: Link::new(to_store.clone(), control.clone(), Sender::Worker(owner), Some(proc)),
@@ -324,6 +354,7 @@ fn spawn_worker<E: EngineUnderTest>(handle: &Handle, p: &Parts<E>, proc: ProcId,
                 seed,
                 peers: peers.clone(),
                 shared: shared.clone(),
+                stop,
             };
             let (process, control, delay_ms) = (engine.run_worker(w), control.clone(), engine.restart_delay_ms());
             async move {
