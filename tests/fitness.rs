@@ -615,6 +615,30 @@ fn never_renews(_: Option<Owner>, req: Request, send: Call) -> Answer {
     send(req)
 }
 
+/// A lease check's "not valid" is taken as no answer at all, so the
+/// attempt tries its transaction again until its finalization deadline
+/// (held-out set 7's `h7-invalid-lease-retried-to-deadline`).
+fn not_valid_taken_as_lost(_: Option<Owner>, req: Request, send: Call) -> Answer {
+    let check = matches!(req.statement(), Request::LeaseValid { .. });
+    Box::pin(async move {
+        match send(req).await {
+            Ok(Response::Valid { valid: false }) if check => Err(RpcError::Unavailable),
+            other => other,
+        }
+    })
+}
+
+/// A stopping worker keeps what it holds: its release of its own tasks
+/// (the one that lists nothing running) is answered as done and never sent.
+fn stop_keeps_its_tasks(_: Option<Owner>, req: Request, send: Call) -> Answer {
+    match req {
+        Request::ReleaseOrphans { ref running, older_than_ms: 0, .. } if running.is_empty() => {
+            Box::pin(async { Ok(Response::Released { tasks: 0 }) })
+        }
+        req => send(req),
+    }
+}
+
 /// A claim asks for one task fewer than the worker has permits free, as
 /// if a permit it said it gave back had been lost.
 fn claims_one_short(_: Option<Owner>, req: Request, send: Call) -> Answer {
@@ -736,6 +760,10 @@ fitness! {
     outcome_kept: "outcome-kept" in "swarm" by Calls("failures lost at the worker", loses_failures), within 20;
     outcome_retried: "outcome-kept" in "swarm" by Calls("a retryable refusal of an outcome taken as final", outcome_refusal_final), within 100;
     keepalive: "keepalive" in "swarm" by Calls("never renews", never_renews), within 60;
+    final_answer: "final-answer" in "swarm" by Calls("a \"not valid\" lease check taken as no answer", not_valid_taken_as_lost), within 40;
+    stop_waits_its_grace: "graceful-stop" in "rolling-deploy" by Drift("a stop grace of 2 s", |c| c.stop_grace_ms = 2_000), within 20;
+    stop_leaves_in_time: "graceful-stop" in "rolling-deploy" by Drift("a stop grace of 25 s", |c| c.stop_grace_ms = 25_000), within 20;
+    stop_gives_back: "graceful-stop" in "rolling-deploy" by Calls("the stop's release never sent", stop_keeps_its_tasks), within 20;
     heartbeat_at_its_bound: "keepalive" in "b-machines" by Drift("heartbeats half a second late", |c| c.heartbeat_interval_ms += 500), within 5;
     start_margin: "keepalive" in "swarm" by LateClaimsStartedAsThey {}, within 20;
     renewed_until_recorded: "keepalive" in "swarm" by StopsRenewingAtBodyEnd::default(), within 60;

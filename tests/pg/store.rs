@@ -202,12 +202,10 @@ impl Tx<'_> {
         match req {
             Request::Enqueue { spec, key } => enqueue(self, spec, *key),
             Request::CreatePipeline { pipeline, stages } => create_pipeline(self, *pipeline, *stages),
-            Request::Claim { owner, .. } | Request::Heartbeat { owner } if has_left(self, *owner)? => {
-                Ok(match req {
-                    Request::Claim { .. } => Response::Claimed { grants: Vec::new() },
-                    _ => Response::Ack,
-                })
-            }
+            Request::Claim { owner, .. } | Request::Heartbeat { owner } if has_left(self, *owner)? => Ok(match req {
+                Request::Claim { .. } => Response::Claimed { grants: Vec::new() },
+                _ => Response::Ack,
+            }),
             Request::Claim { owner, max, .. } => claim(self, *owner, *max),
             Request::Heartbeat { owner } => heartbeat(self, *owner),
             Request::Deregister { owner } => deregister(self, *owner),

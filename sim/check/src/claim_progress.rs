@@ -140,9 +140,7 @@ impl ClaimProgress {
             matches!(r.request, Op::Claim { wait_ms, .. } if wait_ms > 0) && r.handed_ms.is_some() && r.answer.is_none()
         });
         // A held poll of an incarnation that deregistered is owed nothing.
-        let left = |from: &Sender| {
-            matches!(from, Sender::Worker(o) if ctx.view.owner(*o).is_some_and(|v| v.deregistered_ms.is_some()))
-        };
+        let left = |from: &Sender| matches!(from, Sender::Worker(o) if ctx.view.owner(*o).is_some_and(|v| v.deregistered_ms.is_some()));
         let held: Vec<_> = held.filter(|r| !left(&r.from)).collect();
         for r in held {
             let handed = r.handed_ms.expect("held polls were handed over");

@@ -320,16 +320,16 @@ impl Coverage {
     /// A graceful stop's moments.
     fn stops(&mut self, now: u64, rec: &Record, ctx: &Ctx) {
         let v = &ctx.view;
-        let stopping = |owner: &leasesim_vocab::ids::Owner| v.owner(*owner).is_some_and(|o| o.stop_requested_ms.is_some());
+        let stopping =
+            |owner: &leasesim_vocab::ids::Owner| v.owner(*owner).is_some_and(|o| o.stop_requested_ms.is_some());
         match &rec.entry {
             Entry::World(WorldEvent::StopRequested { owner }) => {
                 if v.busy(*owner, now) > 0 {
                     self.hit(STOP_WHILE_RUNNING);
                 }
-                let claim_at_store = v
-                    .requests
-                    .values()
-                    .any(|r| r.from == Sender::Worker(*owner) && matches!(r.request, Op::Claim { .. }) && r.answer.is_none());
+                let claim_at_store = v.requests.values().any(|r| {
+                    r.from == Sender::Worker(*owner) && matches!(r.request, Op::Claim { .. }) && r.answer.is_none()
+                });
                 if claim_at_store {
                     self.hit(STOP_CLAIM_PENDING);
                 }

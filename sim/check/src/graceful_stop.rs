@@ -116,16 +116,24 @@ impl GracefulStop {
         let v = &ctx.view;
         if let Some(fence) = v.owner(owner).and_then(|o| o.bodies.iter().next()) {
             out.push(
-                Violation::new(NAME, now, format!("{owner}: exited at {now} ms after a stop with t{}'s body still running", fence.task))
-                    .fence(fence),
+                Violation::new(
+                    NAME,
+                    now,
+                    format!("{owner}: exited at {now} ms after a stop with t{}'s body still running", fence.task),
+                )
+                .fence(fence),
             );
         }
         if let Some((task, attempt)) = self.permits.get(&owner).and_then(|p| p.iter().next()) {
             out.push(
-                Violation::new(NAME, now, format!("{owner}: exited at {now} ms after a stop still holding the permit of t{task}"))
-                    .task(*task)
-                    .attempt(*attempt)
-                    .process(owner),
+                Violation::new(
+                    NAME,
+                    now,
+                    format!("{owner}: exited at {now} ms after a stop still holding the permit of t{task}"),
+                )
+                .task(*task)
+                .attempt(*attempt)
+                .process(owner),
             );
         }
         let held: Vec<TaskId> =
@@ -156,7 +164,7 @@ impl GracefulStop {
                 self.permits.entry(*owner).or_default().insert((*task, *attempt));
             }
             Event::PermitReleased { owner, task, attempt } => {
-                if let Some(p) = self.permits.get_mut(&*owner) {
+                if let Some(p) = self.permits.get_mut(owner) {
                     p.remove(&(*task, *attempt));
                 }
             }
@@ -196,7 +204,8 @@ impl Checker for GracefulStop {
             Entry::Engine(e) => self.on_engine(e),
             Entry::Truth(Fact::BodyStopped { fence, on }) => out.extend(self.body_stopped(now, *fence, *on, ctx)),
             Entry::Truth(Fact::Arrived { from: Sender::Worker(from), request, .. }) => {
-                let own_release = matches!(request, Op::ReleaseOrphans { owner, .. } | Op::ReturnOwn { owner, .. } if owner == from);
+                let own_release =
+                    matches!(request, Op::ReleaseOrphans { owner, .. } | Op::ReturnOwn { owner, .. } if owner == from);
                 if let (true, Some(s)) = (own_release, self.stopping.get_mut(from)) {
                     s.released = true;
                 }
@@ -235,5 +244,100 @@ impl GracefulStop {
                 .fence(&fence),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::history::WorldEvent;
+    use leasesim_vocab::op::{Op, Response};
+    use leasesim_vocab::task::TaskKind;
+    use leasesim_vocab::testimony::ReleaseCause;
+    use leasesim_vocab::truth::{Fact, Sender};
+
+    /// The grace (10 s) and two RPC deadlines (10 s each) of the test spec:
+    /// asked at 1 s, p1.1 must be gone by 31 s.
+    const EXIT_BY_MS: u64 = 31_000;
+
+    /// t1 runs on p1.1 (a heartbeat-owned job, its permit held) from 10 ms;
+    /// p1.1 is asked to stop at 1 s.
+    fn stopping() -> H {
+        H::new()
+            .up(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .granted(1, 1, o(1, 1), None)
+            .permit(o(1, 1), 1, 1)
+            .started(1, 1, o(1, 1))
+            .at(1_000)
+            .world(WorldEvent::StopRequested { owner: o(1, 1) })
+    }
+
+    /// p1.1 deregisters (the store applies it) and exits at `at`.
+    fn leaves(h: H, at: u64) -> H {
+        h.at(at - 20)
+            .answer(Sender::Worker(o(1, 1)), Op::Deregister { owner: o(1, 1) }, Response::Ack, vec![], &[])
+            .at(at)
+            .exited(o(1, 1))
+    }
+
+    /// `stopping`; t1's body is cut short at `cut_ms`, p1.1 gives t1 back and exits.
+    fn cut_at(cut_ms: u64) -> H {
+        let h = stopping()
+            .at(cut_ms)
+            .fact(Fact::BodyStopped { fence: crate::testkit::fence(1, 1, o(1, 1)), on: o(1, 1) })
+            .unpermit(o(1, 1), 1, 1)
+            .at(cut_ms + 10)
+            .answer(Sender::Worker(o(1, 1)), Op::Deregister { owner: o(1, 1) }, Response::Ack, vec![], &[]);
+        let release = Op::ReleaseOrphans { owner: o(1, 1), running: vec![], older_than_ms: 0, as_of_ms: cut_ms + 20 };
+        h.at(cut_ms + 20).released_by(1, o(1, 1), release, ReleaseCause::Orphaned).at(cut_ms + 30).exited(o(1, 1))
+    }
+
+    /// `stopping`; t1 ends well at 3 s and completes; p1.1 exits at `exit_ms`.
+    fn drains_and_exits(exit_ms: u64) -> H {
+        let h = stopping()
+            .at(3_000)
+            .finished(1, 1, o(1, 1), true)
+            .completed(1, 1, o(1, 1))
+            .callback(1, 1, o(1, 1))
+            .unpermit(o(1, 1), 1, 1);
+        leaves(h, exit_ms)
+    }
+
+    cases! {
+        a_stop_that_drains_and_leaves_in_time:
+            drains_and_exits(4_000).at(40_000).end().build() => PASS;
+        an_exit_at_its_exact_bound:
+            drains_and_exits(EXIT_BY_MS).at(40_000).end().build() => PASS;
+        an_exit_one_millisecond_late:
+            drains_and_exits(EXIT_BY_MS + 1).at(40_000).end().build() => &[(NAME, None)];
+        a_process_never_exiting_after_a_stop:
+            stopping().at(3_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1)
+                .at(40_000).end().build() => &[(NAME, None)];
+        a_process_killed_before_its_bound_owes_no_exit:
+            stopping().at(20_000).killed(o(1, 1)).at(40_000).end().build() => PASS;
+        a_process_paused_while_stopping_is_excused:
+            stopping().at(2_000).paused(1).at(35_000).resumed(1).at(40_000).end().build() => PASS;
+        a_body_cut_when_the_grace_runs_out:
+            cut_at(11_000).at(40_000).end().build() => PASS;
+        a_body_cut_one_millisecond_before_the_grace_runs_out:
+            cut_at(10_999).at(40_000).end().build() => &[(NAME, Some(1))];
+        an_exit_with_a_body_still_running:
+            leaves(stopping(), 2_000).at(40_000).end().build() => &[(NAME, Some(1))];
+        an_exit_with_a_permit_still_held:
+            leaves(stopping().at(1_500).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)), 2_000)
+                .at(40_000).end().build() => &[(NAME, Some(1))];
+        an_exit_holding_a_task_it_never_gave_back:
+            leaves(
+                stopping().at(2_000).fact(Fact::BodyStopped { fence: crate::testkit::fence(1, 1, o(1, 1)), on: o(1, 1) })
+                    .unpermit(o(1, 1), 1, 1),
+                2_100,
+            ).at(40_000).end().build() => &[(NAME, Some(1))];
+        a_grant_after_deregistering:
+            leaves(stopping().at(3_000).finished(1, 1, o(1, 1), true).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1), 4_000)
+                .created(2, TaskKind::Job).at(4_010).granted(2, 1, o(1, 1), None)
+                .at(40_000).end().build() => &[(NAME, Some(2))];
     }
 }

@@ -149,7 +149,9 @@ pub(super) fn justify(
             let left = ctx.view.owner(owner).and_then(|o| o.deregistered_ms).filter(|&d| d <= now);
             let body_runs = ctx.view.owner(owner).is_some_and(|o| o.bodies.contains(holder));
             if let (Some(left), false) = (left, body_runs) {
-                return Ok(format!("{owner} released it itself after it deregistered at {left} ms, its body no longer running"));
+                return Ok(format!(
+                    "{owner} released it itself after it deregistered at {left} ms, its body no longer running"
+                ));
             }
             let listed = r.arrived_ms;
             let active = ctx.view.active(holder, listed) || ctx.view.active(holder, now);

@@ -30,6 +30,7 @@ mod eventual_completion;
 mod exactly_once;
 mod execution;
 mod fenced_completion;
+mod final_answer;
 mod graceful_stop;
 mod keepalive;
 pub mod kinds;
@@ -219,6 +220,7 @@ pub fn checkers() -> Vec<Box<dyn Checker>> {
         Box::new(keepalive::Keepalive::default()),
         Box::new(permit_leak::PermitLeak::default()),
         Box::new(graceful_stop::GracefulStop::default()),
+        Box::new(final_answer::FinalAnswer::default()),
         Box::new(testimony::Testimony::default()),
         // liveness, after the heal
         Box::new(claim_progress::ClaimProgress::default()),

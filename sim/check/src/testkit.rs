@@ -908,6 +908,21 @@ fn every_checker_evaluates_a_plain_history() {
         .answer(Sender::Worker(p1), Op::Repair { by: p1 }, Response::Released { tasks: 0 }, vec![], &[])
         .at(20_000)
         .heartbeat(p1)
+        // A stale lease check, told "not valid"; then p1 stops and leaves.
+        .at(20_100)
+        .answer(
+            Sender::Worker(p1),
+            Op::LeaseValid { fence: fence(1, 1, p1) },
+            Response::Valid { valid: false },
+            vec![],
+            &[],
+        )
+        .at(20_200)
+        .world(WorldEvent::StopRequested { owner: p1 })
+        .at(20_300)
+        .answer(Sender::Worker(p1), Op::Deregister { owner: p1 }, Response::Ack, vec![], &[])
+        .at(20_400)
+        .exited(p1)
         .end()
         .build();
     let mut spec = spec();

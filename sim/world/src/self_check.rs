@@ -133,7 +133,8 @@ impl Shape {
             }
             WorldEvent::StopRequested { owner } => {
                 if self.procs.get(&owner.proc) != Some(&(owner.incarnation, true)) {
-                    self.problems.push(format!("record {i}: {owner} asked to stop, but it was not the live incarnation"));
+                    self.problems
+                        .push(format!("record {i}: {owner} asked to stop, but it was not the live incarnation"));
                 }
             }
             WorldEvent::Heal => {

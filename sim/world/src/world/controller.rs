@@ -3,6 +3,7 @@
 //! worker's state so overlapping faults compose (a paused process can be
 //! killed; a dead one is not paused).
 
+use super::stop::Stop;
 use crate::history::{Recorder, WorldEvent};
 use crate::truth::Fact;
 use leasesim_vocab::ids::{Owner, ProcId};
@@ -12,7 +13,6 @@ use madsim::task::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use super::stop::Stop;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProcState {
@@ -55,13 +55,10 @@ impl Controller {
     }
 
     pub fn add_worker(&self, proc: ProcId, node: NodeId, incarnation: Arc<AtomicU32>) {
-        self.procs.lock().expect("procs").insert(proc, Proc {
-                node,
-                incarnation,
-                state: ProcState::Up,
-                hops_out: 0,
-                stopping: None,
-            });
+        self.procs
+            .lock()
+            .expect("procs")
+            .insert(proc, Proc { node, incarnation, state: ProcState::Up, hops_out: 0, stopping: None });
     }
 
     /// A new incarnation of `proc` started, with its own stop signal.
