@@ -142,15 +142,18 @@ pub(super) fn justify(
             // younger grants than the promised age (a stopping owner, which
             // starts nothing more, asks for every one).
             let orphan_age_ms = older_than_ms.min(promise::orphan_age_ms(cfg));
-            // After it deregistered, it is leaving: it may give back any
-            // task whose body no longer runs, an attempt it cut short while
-            // it recorded its outcome included (the harness cannot see that
-            // cut; the fence turns away whatever the attempt still sends).
-            let left = ctx.view.owner(owner).and_then(|o| o.deregistered_ms).filter(|&d| d <= now);
-            let body_runs = ctx.view.owner(owner).is_some_and(|o| o.bodies.contains(holder));
-            if let (Some(left), false) = (left, body_runs) {
+            // Once it deregistered, or its stop's grace ran out, it is
+            // leaving: it may give back any task whose body no longer runs,
+            // an attempt it cut short while it recorded its outcome included
+            // (the harness cannot see that cut; the fence turns away
+            // whatever the attempt still sends).
+            let o = ctx.view.owner(owner);
+            let left = o.and_then(|o| o.deregistered_ms).filter(|&d| d <= now);
+            let grace_over = o.and_then(|o| o.stop_requested_ms).map(|s| s + cfg.stop_grace_ms).filter(|&g| g <= now);
+            let body_runs = o.is_some_and(|o| o.bodies.contains(holder));
+            if let (Some(since), false) = (left.or(grace_over), body_runs) {
                 return Ok(format!(
-                    "{owner} released it itself after it deregistered at {left} ms, its body no longer running"
+                    "{owner} released it itself, leaving (deregistered, or its stop's grace over, at {since} ms), its body no longer running"
                 ));
             }
             let listed = r.arrived_ms;
@@ -291,6 +294,35 @@ mod tests {
             .answer(Sender::Worker(p), Op::Deregister { owner: p }, Response::Rows { count: 1 }, vec![], &[])
             .at(72_000)
             .released_by(1, sweeper, Op::ReleaseOwners { by: sweeper, owners: vec![p] }, ReleaseCause::DeadOwner)
+    }
+
+    /// Job t1 runs on p1.1 from 10 ms; its body fails at 3 s and its lease
+    /// check is still unanswered at the store (the outcome being recorded);
+    /// p1.1 was asked to stop at 1 s (a 10 s grace in the test spec) and
+    /// releases its own tasks at `at`, listing nothing running.
+    fn stop_releases_at(at: u64) -> H {
+        let p = o(1, 1);
+        let h = H::new().up(p).heartbeat(p).created(1, TaskKind::Job).begun(10, 1, 1, p);
+        let h = h.at(1_000).world(leasesim_vocab::history::WorldEvent::StopRequested { owner: p });
+        let h =
+            h.at(3_000).finished(1, 1, p, false).arrive(Sender::Worker(p), Op::LeaseValid { fence: fence(1, 1, p) }).0;
+        let release = Op::ReleaseOrphans { owner: p, running: vec![], older_than_ms: 0, as_of_ms: at };
+        h.at(at).released_by(1, p, release, ReleaseCause::Orphaned)
+    }
+
+    /// Judged with a finalization deadline of 20 s: the cut attempt's
+    /// outcome could still be on its way until 23 s.
+    #[test]
+    fn a_stopping_owner_releases_its_own_task_once_its_grace_is_over() {
+        let mut spec = crate::testkit::spec();
+        spec.promises.finalize_deadline_ms = 20_000;
+        // The stop's grace ran out at 11 s: the attempt was cut short, and
+        // its owner, leaving, gives its task back.
+        let history = stop_releases_at(11_000).at(12_000).end().build();
+        crate::testkit::run_case_in("at the grace's end", &spec, history, PASS);
+        // A millisecond sooner its outcome may still be on its way.
+        let history = stop_releases_at(10_999).at(12_000).end().build();
+        crate::testkit::run_case_in("a millisecond before", &spec, history, &[(NAME, Some(1))]);
     }
 
     cases! {

@@ -174,6 +174,11 @@ impl Controller {
             p.state = ProcState::Up;
             p.node
         };
+        // A process that exited on its own was not killed, so the sockets its
+        // leftover tasks still hold would stay bound (madsim's restart,
+        // unlike its kill, does not close them): the new incarnation could
+        // not bind its address. A real process's sockets close with it.
+        NetSim::current().reset_node(node);
         // The node's init records ProcessUp with its new incarnation.
         Self::handle().restart(node);
     }
