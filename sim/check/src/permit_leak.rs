@@ -291,6 +291,20 @@ mod tests {
         assert_eq!(judged_at(&report), vec![(Some(1), 1_650), (Some(2), 3_050), (Some(3), 2_550)]);
     }
 
+    /// With no slack, the bound is the engine's own: its finalization
+    /// deadline from the body's return (the built-in scenarios).
+    #[test]
+    fn a_permit_is_judged_at_the_finalization_deadline_exactly() {
+        let mut spec = crate::testkit::spec();
+        spec.bounds.permit_release_slack_ms = 0;
+        let released_at = |at: u64| {
+            held().at(at).completed(1, 1, o(1, 1)).callback(1, 1, o(1, 1)).unpermit(o(1, 1), 1, 1).at(5_000).end().build()
+        };
+        // The body returned at 100 ms; the deadline is 1000 ms.
+        crate::testkit::run_case_in("at the deadline", &spec, released_at(1_100), PASS);
+        crate::testkit::run_case_in("a millisecond past it", &spec, released_at(1_101), &[(NAME, Some(1))]);
+    }
+
     cases! {
         permit_released_in_time_passes:
             // deadline 1000 + slack 500 after 100 ms: 1600 ms
