@@ -126,6 +126,10 @@ pub struct EngineConfig {
     /// timeout): nothing it wrote applies, its row locks are released, and
     /// a statement that waited this long for a lock gives up.
     pub txn_timeout_ms: u64,
+    /// A task taken back from a dead owner or an expired lease is due again
+    /// this long after its release (0: at once), so a task that crashed its
+    /// worker does not crash the next one straight away.
+    pub recovery_delay_ms: u64,
     /// Asked to stop, a worker lets its running attempts go on this long
     /// before it cancels them, then gives back what it holds and exits.
     pub stop_grace_ms: u64,
@@ -166,6 +170,7 @@ impl Default for EngineConfig {
             notify_peers: false,
             txn_timeout_ms: 30_000,
             stop_grace_ms: 10_000,
+            recovery_delay_ms: 0,
             defects: Defects::none(),
         }
     }
@@ -257,6 +262,7 @@ impl EngineConfig {
             ("maintenance_backoff_cap_ms", self.maintenance_backoff_cap_ms, r.span_ms),
             ("txn_timeout_ms", self.txn_timeout_ms, r.period_ms),
             ("stop_grace_ms", self.stop_grace_ms, r.period_ms),
+            ("recovery_delay_ms", self.recovery_delay_ms, r.backoff_ms),
         ];
         let t = &self.lease_ttl;
         let ttls = [

@@ -745,6 +745,8 @@ fitness! {
     enqueue_by_content: "enqueue-once" in "swarm" by Calls("enqueue keyed by its content", enqueue_keyed_by_content), within 40;
     enqueue_retried: "enqueue-retried" in "swarm" by Calls("enqueue given up at a conflict or a slow answer", enqueue_gives_up), within 40;
     schedule_kept: "retry-clock" in "swarm" by Calls("schedule dropped by the client", schedule_dropped), within 20;
+    // A scenario of the tests (the path is the test's, run from `sim/`).
+    recovery_delay_kept: "retry-clock" in "../tests/scenarios/swarm-recovery-delay.toml" by Drift("the recovery delay dropped", |c| c.recovery_delay_ms = 0), within 20;
     query_waits_its_lag: "query-truth" in "swarm" by Calls("query given up after one RPC deadline", query_gives_up_early), within 20;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     repair_reclaims_expired: "store-reply" in "c-workflows" by RepairSkipsPasses::default(), within 20;

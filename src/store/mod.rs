@@ -525,6 +525,10 @@ impl Store {
         if cause == ReleaseCause::Repair {
             task.repair_count += 1;
         }
+        let recovered = matches!(cause, ReleaseCause::DeadOwner | ReleaseCause::Expired);
+        if recovered && self.cfg.recovery_delay_ms > 0 {
+            task.retry_at_ms = task.retry_at_ms.max(now_ms + self.cfg.recovery_delay_ms);
+        }
         obs.emit(Event::LeaseReleased { fence, cause });
         tracing::info!(%fence, ?cause, "store: lease released");
     }

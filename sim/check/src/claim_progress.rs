@@ -231,6 +231,30 @@ mod tests {
         Op::ReturnOwn { owner: o(1, 1), tasks: vec![id], interrupted }
     }
 
+    /// Given back at 200 ms by an interrupted return, under a recovery
+    /// delay of 2000 ms: due at 2200 ms, so unclaimed at 3100 ms is on time
+    /// (the claim bound is 1 s), and at 3201 ms it is not.
+    #[test]
+    fn an_interrupted_return_waits_out_the_recovery_delay() {
+        let returned_at_200 = || {
+            H::new()
+                .up(o(1, 1))
+                .heartbeat(o(1, 1))
+                .created(1, TaskKind::Job)
+                .at(10)
+                .grant(1, 1, o(1, 1))
+                .at(100)
+                .heal()
+                .at(200)
+                .released_by(1, o(1, 1), returned(1, true), ReleaseCause::Orphaned)
+        };
+        let spec = crate::testkit::spec_delaying_recovery();
+        let on_time = returned_at_200().at(3_100).end().build();
+        crate::testkit::run_case_in("unclaimed within the delay and the bound", &spec, on_time, PASS);
+        let late = returned_at_200().at(3_201).end().build();
+        crate::testkit::run_case_in("unclaimed past the delay and the bound", &spec, late, &[(NAME, Some(1))]);
+    }
+
     /// p1.1 (two slots) full until 200 ms and again from 1000 to 1500 ms;
     /// t4 is due from the heal at 100 ms and never claimed.
     fn refilled() -> H {
@@ -392,22 +416,6 @@ mod tests {
                 .at(100).heal()
                 .at(500).up(o(1, 2))
                 .at(1_501).end().build()
-            => &[(NAME, Some(1))];
-        interrupted_return_waits_out_the_recovery_delay:
-            // Given back at 200 ms by a recovery return: due at 2200 ms
-            // (recovery delay 2000), so unclaimed at 3100 ms is on time.
-            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).grant(1, 1, o(1, 1))
-                .at(100).heal()
-                .at(200).released_by(1, o(1, 1), returned(1, true), ReleaseCause::Orphaned)
-                .at(3_100).end().build()
-            => PASS;
-        interrupted_return_unclaimed_past_the_delay_and_bound:
-            H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)
-                .at(10).grant(1, 1, o(1, 1))
-                .at(100).heal()
-                .at(200).released_by(1, o(1, 1), returned(1, true), ReleaseCause::Orphaned)
-                .at(3_201).end().build()
             => &[(NAME, Some(1))];
         unstarted_return_is_due_at_once:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created(1, TaskKind::Job)

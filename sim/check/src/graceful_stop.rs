@@ -28,7 +28,7 @@ use leasesim_vocab::ids::{Owner, TaskId};
 use leasesim_vocab::op::Op;
 use leasesim_vocab::promise::Capabilities;
 use leasesim_vocab::testimony::Event;
-use leasesim_vocab::truth::{Fact, Sender};
+use leasesim_vocab::truth::{Fact, Sender, TIMER_ROUNDING_MS};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const NAME: &str = "graceful-stop";
@@ -54,7 +54,8 @@ impl GracefulStop {
     /// The latest a stopped process may still be up.
     fn exit_by_ms(s: &Stopping, ctx: &Ctx) -> u64 {
         let p = ctx.promises();
-        s.asked_ms + p.stop_grace_ms + 2 * p.rpc_timeout_ms
+        // Three timers in a row: the grace, then each call's deadline.
+        s.asked_ms + p.stop_grace_ms + 2 * p.rpc_timeout_ms + 3 * TIMER_ROUNDING_MS
     }
 
     /// Every stopping owner still up past its exit deadline.
@@ -257,9 +258,10 @@ mod tests {
     use leasesim_vocab::testimony::ReleaseCause;
     use leasesim_vocab::truth::{Fact, Sender};
 
-    /// The grace (10 s) and two RPC deadlines (10 s each) of the test spec:
-    /// asked at 1 s, p1.1 must be gone by 31 s.
-    const EXIT_BY_MS: u64 = 31_000;
+    /// The grace (10 s) and two RPC deadlines (10 s each) of the test spec,
+    /// each timer's firing a millisecond late at most: asked at 1 s, p1.1
+    /// must be gone by 31.003 s.
+    const EXIT_BY_MS: u64 = 31_003;
 
     /// t1 runs on p1.1 (a heartbeat-owned job, its permit held) from 10 ms;
     /// p1.1 is asked to stop at 1 s.

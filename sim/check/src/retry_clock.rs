@@ -1,6 +1,9 @@
 //! retry-clock: a failed task is not granted again before its failure's
 //! commit time plus the policy's backoff (`retry_base_ms * 2^(n-1)`, capped
-//! at `retry_cap_ms`), nor a scheduled task before its `not_before_ms`; a
+//! at `retry_cap_ms`), nor a scheduled task before its `not_before_ms`, nor
+//! a recovered task (a dead holder's, an expired lease's, an interrupted
+//! attempt's) before its recovery's statement time plus the engine's
+//! `recovery_delay_ms`; a
 //! peer note carries the retry time the store committed; a peer that hears
 //! the task is ready again plans its claim no later than that time plus one
 //! idle poll.
@@ -13,6 +16,7 @@ use super::{commit, granted, promise, Checker, Ctx, Violation};
 use crate::Kinds;
 use leasesim_vocab::history::{Entry, Record};
 use leasesim_vocab::ids::TaskId;
+use leasesim_vocab::promise::StatementTime;
 use leasesim_vocab::task::TaskState;
 use leasesim_vocab::testimony::Event;
 use leasesim_vocab::truth::Fact;
@@ -44,6 +48,24 @@ impl RetryClock {
                     format!("failure {} committed at {} ms + backoff", f.retries, f.committed_ms),
                 ),
                 None => (0, String::new()),
+            };
+            // A recovered task waits out the recovery delay, from the
+            // recovery's statement time (its commit, or at a store that
+            // stamps the start, its transaction's start).
+            let (earliest, why) = match (t.recovered, ctx.promises().recovery_delay_ms) {
+                (true, delay) if delay > 0 => {
+                    let origin = match ctx.promises().statement_time {
+                        StatementTime::Start => t.recovered_ms,
+                        StatementTime::Commit => t.ready_since_ms,
+                    };
+                    let due = origin + delay;
+                    if due > earliest {
+                        (due, format!("recovered at {origin} ms + the recovery delay of {delay} ms"))
+                    } else {
+                        (earliest, why)
+                    }
+                }
+                _ => (earliest, why),
             };
             // The application's wish, not the row's copy of it: an engine
             // that lost the schedule writes a row that agrees with itself.
@@ -141,7 +163,9 @@ impl Checker for RetryClock {
 mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
+    use leasesim_vocab::op::Op;
     use leasesim_vocab::task::{TaskKind, TaskSpec};
+    use leasesim_vocab::testimony::ReleaseCause;
 
     fn job_at(not_before_ms: u64) -> TaskSpec {
         TaskSpec { kind: TaskKind::Job, group: None, stage: None, index: None, not_before_ms, queue: None }
@@ -161,6 +185,34 @@ mod tests {
             .finished(1, 1, o(1, 1), false)
             .failed(1, 1, o(1, 1), 1, Some(1_100))
             .unpermit(o(1, 1), 1, 1)
+    }
+
+    /// Job t1, granted to p1.1 at 10 ms, is handed back at 200 ms by an
+    /// interrupted return (a recovery: the test spec's delay is 2000 ms)
+    /// and granted again at `at`.
+    fn recovered_then_granted_at(at: u64) -> Vec<leasesim_vocab::history::Record> {
+        let returned = Op::ReturnOwn { owner: o(1, 1), tasks: vec![1], interrupted: true };
+        H::new()
+            .up(o(1, 1))
+            .heartbeat(o(1, 1))
+            .created(1, TaskKind::Job)
+            .at(10)
+            .grant(1, 1, o(1, 1))
+            .at(200)
+            .released_by(1, o(1, 1), returned, ReleaseCause::Orphaned)
+            .at(at)
+            .grant(1, 2, o(1, 1))
+            .build()
+    }
+
+    #[test]
+    fn a_recovered_task_is_granted_no_sooner_than_its_recovery_delay() {
+        let spec = crate::testkit::spec_delaying_recovery();
+        crate::testkit::run_case_in("when its delay is over", &spec, recovered_then_granted_at(2_200), PASS);
+        let early = recovered_then_granted_at(2_199);
+        crate::testkit::run_case_in("a millisecond early", &spec, early, &[(NAME, Some(1))]);
+        // With no delay promised, at once is on time.
+        crate::testkit::run_case("no delay promised", recovered_then_granted_at(200), PASS);
     }
 
     cases! {

@@ -53,7 +53,7 @@ pub fn promises() -> Promises {
         maintenance: Vec::new(),
         maintenance_interval_ms: 5_000,
         txn_timeout_ms: 30_000,
-        recovery_delay_ms: 2_000,
+        recovery_delay_ms: 0,
         claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
         statement_time: leasesim_vocab::promise::StatementTime::Commit,
         enqueue_retry: Some(leasesim_vocab::promise::EnqueueRetry {
@@ -100,6 +100,14 @@ pub fn spec() -> Spec {
 
 /// [`spec`] of an engine that releases nothing of a dead holder's (no
 /// leases, no heartbeat recovery).
+/// [`spec`] with a recovery delay of 2 s (graphile's kind of promise): a
+/// task taken back by recovery is due 2 s after it.
+pub fn spec_delaying_recovery() -> Spec {
+    let mut spec = spec();
+    spec.promises.recovery_delay_ms = 2_000;
+    spec
+}
+
 pub fn spec_without_recovery() -> Spec {
     let mut s = spec();
     s.caps.leases = false;

@@ -35,6 +35,10 @@ pub struct TaskView {
     /// released, an interrupted attempt returned): the engine's recovery
     /// delay applies before it is due.
     pub recovered: bool,
+    /// When that recovery's transaction started (its first statement's
+    /// answer, or the request's own start): the earliest statement time a
+    /// store that stamps the start (`StatementTime::Start`) gives it.
+    pub recovered_ms: u64,
     /// The not-before time the application asked for when a client call
     /// created it (`None`: no client call did, a worker's stage enqueue or
     /// a drift). Judged against, not the row's copy, which the engine wrote.
@@ -271,6 +275,8 @@ pub struct View {
     pub unlocked_ms: BTreeMap<TaskId, u64>,
     concurrency: u32,
     finalize_deadline_ms: u64,
+    /// How long a process asked to stop lets its attempts run on.
+    stop_grace_ms: u64,
     /// The engine tries an outcome's transaction again after a retryable
     /// refusal (`Promises::outcome_retry`): such a refusal does not end it.
     outcome_retry: bool,
@@ -339,6 +345,7 @@ impl View {
         View {
             concurrency: spec.promises.concurrency,
             finalize_deadline_ms: spec.promises.finalize_deadline_ms,
+            stop_grace_ms: spec.promises.stop_grace_ms,
             outcome_retry: spec.promises.outcome_retry,
             txn_timeout_ms: spec.promises.txn_timeout_ms,
             replaced_txns_end: spec.promises.replaced_txns_end,
@@ -385,6 +392,11 @@ impl View {
     pub fn kept_from_acting(&self, owner: Owner, from: u64, to: u64) -> Option<&'static str> {
         if self.killed(owner).is_some_and(|k| k <= to) {
             return Some("it was killed");
+        }
+        // A stop cancels what still runs when its grace is over.
+        let grace_over = self.owners.get(&owner).and_then(|o| o.stop_requested_ms).map(|s| s + self.stop_grace_ms);
+        if grace_over.is_some_and(|g| g <= to) {
+            return Some("its stop's grace ran out");
         }
         let p = self.procs.get(&owner.proc)?;
         if p.paused_between(from, to) {
@@ -718,7 +730,7 @@ impl View {
                     self.answer_reached(&r, now, answer.as_ref().map(|(_, response, _)| response));
                 }
             }
-            Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now, false),
+            Fact::Drift { commit } => self.apply_commit(now, None, None, commit, now, None),
             Fact::BodyStarted { fence, kind, on } => {
                 let body =
                     BodyView { on: *on, kind: *kind, started_ms: now, ended_ms: None, error: None, stopped: false };
@@ -772,7 +784,7 @@ impl View {
 
     fn apply_answer(&mut self, now: u64, req: u64, response: &Response, commit: &Commit, reply: Reply) {
         let Some(mut r) = self.requests.remove(&req) else {
-            self.apply_commit(now, Some(req), None, commit, now, false);
+            self.apply_commit(now, Some(req), None, commit, now, None);
             return;
         };
         // An applied heartbeat: the built-in store acknowledges it, graphile's
@@ -803,19 +815,24 @@ impl View {
         if let (Sender::Worker(owner), ReplacedTxnsEnd::AnyRequest) = (r.from, self.replaced_txns_end) {
             self.saw_connection(owner);
         }
+        // A statement's time at a store that stamps the start: its
+        // transaction's first statement (the transaction ends just below).
+        let txn_started = r.txn.and_then(|(txn, _)| self.txns.get(&txn)).map(|t| t.opened_ms);
         self.txn_answered(&r, response);
         let completed_by = match &r.request {
             Op::Complete { fence } => Some(fence.task),
             _ => None,
         };
         let started = r.handed_ms.unwrap_or(r.arrived_ms);
+        let recovery_started = txn_started.unwrap_or(started);
         let recovery = matches!(
             r.request,
             Op::ReleaseDead { .. }
                 | Op::ReclaimExpired { .. }
                 | Op::ReleaseOwners { .. }
                 | Op::ReturnOwn { interrupted: true, .. }
-        );
+        )
+        .then_some(recovery_started);
         self.apply_commit(now, Some(req), completed_by, commit, started, recovery);
         if let (Op::Enqueue { .. }, Sender::Client(call)) = (&r.request, r.from) {
             self.note_asked(call, commit);
@@ -899,7 +916,7 @@ impl View {
         completed_by: Option<TaskId>,
         commit: &Commit,
         started_ms: u64,
-        recovery: bool,
+        recovery: Option<u64>,
     ) {
         for change in &commit.tasks {
             let after = &change.after;
@@ -913,6 +930,7 @@ impl View {
                         ready_since_ms: now,
                         last_failure: None,
                         recovered: false,
+                        recovered_ms: 0,
                         asked_not_before_ms: None,
                         locked_ms: None,
                     };
@@ -922,7 +940,8 @@ impl View {
                     let before = std::mem::replace(&mut t.row, after.clone());
                     if after.state == TaskState::Ready && before.state != TaskState::Ready {
                         t.ready_since_ms = now;
-                        t.recovered = recovery;
+                        t.recovered = recovery.is_some();
+                        t.recovered_ms = recovery.unwrap_or(now);
                     }
                     if after.retries > before.retries {
                         t.last_failure = Some(Failure {

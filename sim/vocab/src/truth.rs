@@ -189,6 +189,14 @@ pub enum ClientAnswer {
 pub const HOP_MIN_MS: u64 = 1;
 pub const HOP_MAX_MS: u64 = 10;
 
+/// How much later than its deadline a timer's firing may read in the
+/// history: records are stamped in whole milliseconds, and the simulator's
+/// timer fires at the first whole millisecond at or after its deadline
+/// (b-machines seed 8274141446591897013: a body returned at 363241 ms, its
+/// 30 s finalization deadline fired at 393242 ms). A span timed by k timers
+/// in a row may read up to k ms longer than their sum.
+pub const TIMER_ROUNDING_MS: u64 = 1;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "fact", rename_all = "kebab-case")]
 pub enum Fact {

@@ -312,7 +312,8 @@ pub fn promises(cfg: &config::EngineConfig) -> leasesim_vocab::promise::Promises
         maintenance_interval_ms: cfg.maintenance_interval_ms,
         txn_timeout_ms: cfg.txn_timeout_ms,
         // Released tasks are due again at once.
-        recovery_delay_ms: 0,
+        // store/mod.rs, `release`: dead owners' and expired leases' tasks.
+        recovery_delay_ms: cfg.recovery_delay_ms,
         claim_order: leasesim_vocab::promise::ClaimOrder::DueThenId,
         statement_time: leasesim_vocab::promise::StatementTime::Commit,
         // src/client.rs: an enqueue is sent again, with its key, after no
