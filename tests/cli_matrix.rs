@@ -34,7 +34,7 @@ const ENGINES: &[Engine] = &[
         name: "graphile-worker",
         scenario: "graphile-recovery",
         group: "graphile-all",
-        entry: "graphile-recovery-fenced-completion-seed66-shrunk.toml",
+        entry: "graphile-recovery-fenced-completion-seed48-shrunk.toml",
     },
     Engine {
         name: "apalis-redis",

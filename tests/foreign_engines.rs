@@ -136,15 +136,19 @@ fn apalis_retries_past_the_applications_budget() {
     }
 }
 
-/// graphile-recovery seed 56595635367: p3.3's first request closes p3.2's
-/// transaction, whose lock a held `fail_job` waited on. When the store closed
-/// it while classifying the request, before recording its arrival, the freed
-/// `fail_job` was recorded first, and `transactions` saw a row changed under
-/// a lock still held (docs/false-alarms.md). Only the stale completion is
-/// left.
+/// graphile-recovery seed 120712: a new incarnation's first request closes
+/// its predecessor's transaction x2@p1.2, whose lock a held `complete_job`
+/// waited on. When the store closed it while classifying the request,
+/// before recording its arrival, the freed statement was recorded first, and
+/// `transactions` saw a row changed under a lock still held
+/// (docs/false-alarms.md; "t9 changed by request 131 (complete) while
+/// transaction x2@p1.2 held its lock", with the store closing it there
+/// again). Seed 56595635367 pinned this until the trace change of
+/// 2026-12-05 (docs/trace-changes.md); 9 of 20,000 seeds from 120000 fail
+/// so with the old order, none with the new.
 #[test]
 fn a_lock_freed_by_a_new_incarnation_is_recorded_after_its_arrival() {
-    let outcome = runner::run_seed(&spec("graphile-recovery", 56_595_635_367), runner::DEFAULT_WATCHDOG).expect("runs");
+    let outcome = runner::run_seed(&spec("graphile-recovery", 120_712), runner::DEFAULT_WATCHDOG).expect("runs");
     let invariants: Vec<&str> = outcome.violations.iter().map(|v| v.invariant.as_str()).collect();
-    assert_eq!(invariants, ["fenced-completion", "fenced-completion"], "{:#?}", outcome.violations);
+    assert!(invariants.is_empty(), "{:#?}", outcome.violations);
 }

@@ -474,6 +474,37 @@ mod tests {
         run_case_in("lock still held", &ends_at_claim_or_heartbeat(), history, &[(NAME, Some(1))]);
     }
 
+    /// p1.1 was replaced: p1.2's first request reaches the store at 1100 ms
+    /// and is lost there (dropped, never answered), if `arrives`; then p1.1's
+    /// renewal of t1 outside its transaction is answered at 1200 ms.
+    fn replaced_then_renewed(arrives: bool) -> H {
+        let mut h = done(locked()).up(o(1, 2)).at(1_100);
+        if arrives {
+            let (arrived, req) = h.arrive(Sender::Worker(o(1, 2)), Op::ReclaimExpired { by: o(1, 2) });
+            h = arrived.fact(leasesim_vocab::truth::Fact::Dropped { req });
+        }
+        h.at(1_200).renew(1, 1, o(1, 1))
+    }
+
+    /// graphile-recovery seed 122199 (a fresh range): p3.13's first request
+    /// reached the store and was lost there; graphile's store had closed
+    /// p3.12's transaction on its arrival, so another worker's COMMIT
+    /// changed the row that transaction had locked. The view ended it only
+    /// at the answer of a newer incarnation's request, which never came:
+    /// "t23 changed by request 905 (commit) while transaction x2@p3.12
+    /// held its lock".
+    #[test]
+    fn a_newer_incarnations_first_request_ends_the_older_ones_transactions_on_arrival() {
+        run_case_in("arrived, lost", &crate::testkit::spec(), replaced_then_renewed(true).build(), PASS);
+    }
+
+    /// Nothing of p1.2 reached the store: p1.1's transaction still holds t1.
+    #[test]
+    fn a_write_past_the_lock_of_a_replaced_incarnation_nothing_newer_reached_fails() {
+        let expect: &[(&str, Option<u64>)] = &[(NAME, Some(1))];
+        run_case_in("nothing arrived", &crate::testkit::spec(), replaced_then_renewed(false).build(), expect);
+    }
+
     /// A store whose transactions end after `txn_timeout_ms` (500 ms here)
     /// counted as `from` says.
     fn timeout_from(from: leasesim_vocab::promise::TxnTimeoutFrom) -> crate::Spec {
@@ -514,6 +545,52 @@ mod tests {
     fn a_commit_past_the_idle_timeout_fails() {
         let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Idle);
         run_case_in("idle, late", &spec, busy_then_committed(1_100).build(), &[(NAME, None)]);
+    }
+
+    /// t1's transaction, its lease check answered at 600 ms (idle from
+    /// then: 500 ms of timeout), sends another that reaches the store at
+    /// `arrive_ms` and is answered "valid" at 1,300 ms (a stall held it).
+    /// p2's heartbeat at 1,200 ms lets the view look at the transaction
+    /// between its timeout and the answer.
+    fn statement_held_by_the_store(arrive_ms: u64) -> H {
+        let h = locked().at(600).in_txn(o(1, 1), 1, false).lease_checked(1, 1, o(1, 1), true);
+        let check = Op::LeaseValid { fence: fence(1, 1, o(1, 1)) };
+        let (h, req) = h.at(arrive_ms).in_txn(o(1, 1), 1, false).arrive(Sender::Worker(o(1, 1)), check);
+        let answer = leasesim_vocab::truth::Fact::Answered {
+            req,
+            response: Response::Valid { valid: true },
+            commit: Default::default(),
+            reply: leasesim_vocab::truth::Reply::Sent,
+        };
+        h.at(1_200).heartbeat(o(2, 1)).at(1_300).fact(answer)
+    }
+
+    /// graphile-recovery seed 120019 (a fresh range): x2@p1.1's statement
+    /// reached the store 52 s into its 60 s idle timeout and a store stall
+    /// held it 8 s, past the timeout; it was answered as open, as
+    /// PostgreSQL's would be (a session running a statement is not idle).
+    /// Judged by the idle clock alone, it was "answered as if the
+    /// transaction were open, but it had ended".
+    #[test]
+    fn a_statement_that_reached_the_store_in_time_keeps_its_transaction_open_until_answered() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Idle);
+        run_case_in("arrived in time", &spec, statement_held_by_the_store(1_000).build(), PASS);
+    }
+
+    /// The same statement reaching the store after the idle timeout ran
+    /// out: its transaction had ended.
+    #[test]
+    fn a_statement_that_reached_the_store_after_the_idle_timeout_fails() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Idle);
+        run_case_in("arrived late", &spec, statement_held_by_the_store(1_150).build(), &[(NAME, None)]);
+    }
+
+    /// Where the timeout counts from the open, a statement in progress
+    /// does not keep its transaction open.
+    #[test]
+    fn a_statement_held_past_the_timeout_from_the_open_fails() {
+        let spec = timeout_from(leasesim_vocab::promise::TxnTimeoutFrom::Open);
+        run_case_in("from the open", &spec, statement_held_by_the_store(700).build(), &[(NAME, None)]);
     }
 
     cases! {

@@ -201,6 +201,8 @@ pub struct RequestView {
     pub answer: Option<(u64, Response, Reply)>,
     /// A second delivery of a request: its answer reaches nobody.
     pub duplicate: bool,
+    /// It keeps its transaction busy until answered (`TxnView::busy`).
+    pub busies: bool,
 }
 
 /// One execution of a task body, as the body saw it.
@@ -237,12 +239,17 @@ pub struct TxnView {
     /// Owners whose tasks a recovery statement of it released
     /// (`ReleaseOwners`): it judged them dead from what it read.
     pub releases: BTreeSet<Owner>,
+    /// Its statements that reached the store while it was open and are not
+    /// answered yet, where the timeout counts idle time: PostgreSQL's idle
+    /// clock does not run while a statement is in progress, even one the
+    /// store is slow to run (a stall held it).
+    pub busy: u32,
 }
 
 impl TxnView {
     /// Is it open at `now` by its timeout?
     pub fn in_time(&self, now: u64, txn_timeout_ms: u64) -> bool {
-        self.counted_from_ms + txn_timeout_ms > now
+        self.busy > 0 || self.counted_from_ms + txn_timeout_ms > now
     }
 }
 
@@ -555,6 +562,30 @@ impl View {
         self.txn_ended.insert(txn);
     }
 
+    /// A statement of an open transaction whose timeout counts idle time
+    /// reached the store: the transaction is busy until it is answered.
+    fn statement_arrived(&mut self, now: u64, mut r: RequestView) -> RequestView {
+        let timeout_ms = self.txn_timeout_ms;
+        if let (TxnTimeoutFrom::Idle, Some((txn, _))) = (self.txn_timeout_from, r.txn) {
+            let open = self.txns.get_mut(&txn).filter(|t| t.in_time(now, timeout_ms));
+            if let Some(t) = open.filter(|_| !self.txn_ended.contains(&txn)) {
+                t.busy += 1;
+                r.busies = true;
+            }
+        }
+        r
+    }
+
+    /// Its statement answered (or gone): the transaction `statement_arrived` marked is
+    /// idle again, unless another statement of it is in progress.
+    fn statement_settled(&mut self, r: &RequestView) {
+        let Some((txn, _)) = r.txn.filter(|_| r.busies) else { return };
+        if let Some(t) = self.txns.get_mut(&txn) {
+            debug_assert!(t.busy > 0, "a busy statement of {txn} counted once");
+            t.busy = t.busy.saturating_sub(1);
+        }
+    }
+
     /// A statement or rollback of `txn` was answered.
     fn txn_answered(&mut self, r: &RequestView, response: &Response) {
         let Some((txn, commit)) = r.txn else { return };
@@ -569,6 +600,7 @@ impl View {
                 counted_from_ms: self.now_ms,
                 locks: BTreeSet::new(),
                 releases: BTreeSet::new(),
+                busy: 0,
             };
             self.txns.insert(txn, opened);
         }
@@ -679,6 +711,13 @@ impl View {
             Fact::Arrived { req, from, request, duplicate } => {
                 if let Sender::Worker(owner) = from {
                     self.owners.entry(*owner).or_default().first_seen_ms.get_or_insert(now);
+                    // A store that ends a replaced incarnation's transactions
+                    // at a newer one's first request does so on its arrival
+                    // (graphile's `StoreSeam::arrived`), answered or not. (A
+                    // store that was down ended them all when it went down.)
+                    if self.replaced_txns_end == ReplacedTxnsEnd::AnyRequest {
+                        self.saw_connection(*owner);
+                    }
                 }
                 let view = RequestView {
                     from: *from,
@@ -695,14 +734,19 @@ impl View {
                     handed_ms: None,
                     answer: None,
                     duplicate: *duplicate,
+                    busies: false,
                 };
+                let view = self.statement_arrived(now, view);
                 self.requests.insert(*req, Box::new(view));
             }
             Fact::Dropped { req } => {
-                self.requests.remove(req);
+                if let Some(r) = self.requests.remove(req) {
+                    self.statement_settled(&r);
+                }
             }
             Fact::Refused { req, response, .. } => {
                 if let Some(r) = self.requests.remove(req) {
+                    self.statement_settled(&r);
                     // A refused statement's transaction is aborted with it.
                     if let Some((txn, _)) = r.txn {
                         self.end_txn(txn);
@@ -787,6 +831,8 @@ impl View {
             self.apply_commit(now, Some(req), None, commit, now, None);
             return;
         };
+        self.statement_settled(&r);
+        r.busies = false;
         // An applied heartbeat: the built-in store acknowledges it, graphile's
         // `SELECT * FROM worker_heartbeat(..)` (an upsert) answers its row.
         // Taking only the first left every graphile worker silent since its

@@ -21,6 +21,7 @@ use leasesim_graphile_model::Output;
 use leasesim_vocab::ids::{Fence, Owner, TxnId};
 use leasesim_vocab::truth::{Fact, TxnSend};
 use leasesim_world::history::Recorder;
+use leasesim_world::world::deadline::Deadlines;
 use leasesim_world::world::link::Link;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,6 +65,9 @@ pub struct SimDatabase {
     owner: Option<Owner>,
     next_txn: Arc<AtomicU64>,
     deadline: Duration,
+    /// The connection deadlines of this process (of this one client call):
+    /// forgotten when a statement is answered, as tokio's are.
+    deadlines: Deadlines,
     rec: Recorder,
     book: Book,
 }
@@ -81,6 +85,7 @@ impl SimDatabase {
             owner,
             next_txn: Arc::new(AtomicU64::new(1)),
             deadline: Duration::from_millis(deadline_ms),
+            deadlines: Deadlines::new(),
             rec,
             book,
         }
@@ -91,7 +96,7 @@ impl SimDatabase {
         if let (Some(from), Some((txn, send))) = (self.owner, txn_send(&req)) {
             self.rec.fact(Fact::TxnSent { from, txn, fence: None, send });
         }
-        match tokio::time::timeout(self.deadline, self.link.call(req)).await {
+        match self.deadlines.timeout(self.deadline, self.link.call(req)).await {
             Ok(answer) => answer,
             Err(_) => Err(DbError::with_code("connection to the database timed out", CONNECTION_FAILURE)),
         }

@@ -385,9 +385,10 @@ impl StoreSeam<Graphile> for GraphileStore {
     fn arrived(&self, from: Sender) {
         // Not in `classify`: a lock freed here wakes a waiting statement,
         // whose answer the history must show after this arrival (graphile-
-        // recovery seed 56595635367: a new incarnation's first request
-        // closed the old one's transaction, and the `fail_job` it freed was
-        // recorded first, as if it had run under the lock).
+        // recovery seed 120712, 56595635367 before the trace change of
+        // 2026-12-05: a new incarnation's first request closed the old
+        // one's transaction, and the statement it freed was recorded
+        // first, as if it had run under the lock).
         self.housekeeping(from);
     }
 

@@ -8,6 +8,7 @@
 //! and, at the end, kills every node so nothing outlives the run.
 
 pub mod controller;
+pub mod deadline;
 pub mod handler;
 pub mod injector;
 pub mod link;

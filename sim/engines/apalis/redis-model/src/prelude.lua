@@ -21,8 +21,8 @@ end
 local raising = { redis = {}, cjson = {}, math = {} }
 redis = {}
 
--- `prim.call` is set for the length of each script run (it borrows the
--- keyspace); it returns (failed, reply-as-Lua-value).
+-- `prim.call` runs a command on the keyspace lent to the interpreter for
+-- the script run; it returns (failed, reply-as-Lua-value).
 function raising.redis.call(...)
     local failed, reply = prim.call(...)
     return failed and RAISE or OK, reply

@@ -64,8 +64,6 @@ struct Interp {
     lua: Lua,
     /// The real globals table (scripts see it through a read-only proxy).
     globals: Table,
-    /// The Rust primitives the prelude calls; `call` is set per run.
-    prim: Table,
     xpcall: Function,
     handler: Function,
     /// SHA1 (lowercase hex) -> compiled script, for every server it served.
@@ -154,7 +152,7 @@ impl Interp {
         protect_globals(&lua, &globals)?;
         let unchanged = watch_globals(&lua, &globals)?;
         let rand = prim_rand(&prim)?;
-        Ok(Interp { lua, globals, prim, xpcall, handler, compiled: BTreeMap::new(), rand, unchanged })
+        Ok(Interp { lua, globals, xpcall, handler, compiled: BTreeMap::new(), rand, unchanged })
     }
 
     /// `body` compiled (once per text) as Redis compiles a script.
@@ -281,18 +279,37 @@ impl Scripting {
         args: &[Vec<u8>],
     ) -> Reply {
         let me = self.interp();
-        let outcome = me.lua.scope(|scope| {
-            me.globals.raw_set("KEYS", string_array(&me.lua, keys)?)?;
-            me.globals.raw_set("ARGV", string_array(&me.lua, args)?)?;
-            let call = scope.create_function_mut(|lua, args: MultiValue| redis_call(lua, ks, now_ms, args))?;
-            me.prim.raw_set("call", call)?;
+        // The keyspace is lent to the interpreter for the run, and `call`
+        // (built once per interpreter) finds it there: no function is
+        // built and torn down per run, as a scoped borrow would need.
+        me.lua.set_app_data(Running { ks: std::mem::take(ks), now_ms });
+        let outcome = (|| {
+            set_keys_argv(&me.lua, &me.globals, keys, args)?;
             let (ok, value): (bool, Value) = me.xpcall.call((func, me.handler.clone()))?;
-            me.prim.raw_set("call", Value::Nil)?;
-            Ok(if ok { lua_to_reply(&value, 0) } else { script_error_reply(&me.lua, &value, sha) })
-        });
+            Ok::<_, mlua::Error>(if ok { lua_to_reply(&value, 0) } else { script_error_reply(&me.lua, &value, sha) })
+        })();
+        *ks = me.lua.remove_app_data::<Running>().expect("lent for the run above").ks;
         // Only a failure of the interpreter itself (out of memory) lands here.
         outcome.unwrap_or_else(|e| Reply::Error(one_line_error(&format!("ERR Error running script {sha}, {e}"))))
     }
+}
+
+/// The keyspace a script run has, lent to its interpreter (app data) for
+/// the run.
+struct Running {
+    ks: Keyspace,
+    now_ms: u64,
+}
+
+/// `redis.call` and `redis.pcall`'s primitive: runs a command on the
+/// keyspace lent to the interpreter. Outside a run there is none (a script
+/// cannot keep the function for later: `prim` is the prelude's own).
+fn call_lent(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    let Some(mut running) = lua.app_data_mut::<Running>() else {
+        return Err(mlua::Error::runtime("redis.call outside a script run"));
+    };
+    let Running { ks, now_ms } = &mut *running;
+    redis_call(lua, ks, *now_ms, args)
 }
 
 /// What a prelude function in `raising` asks its C wrapper to do with the
@@ -337,13 +354,30 @@ unsafe extern "C-unwind" fn raise_or_return(state: *mut mlua::ffi::lua_State) ->
     }
 }
 
-/// `KEYS` and `ARGV`: arrays of strings.
-fn string_array(lua: &Lua, items: &[Vec<u8>]) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    for (i, item) in items.iter().enumerate() {
-        t.raw_set(i + 1, lua.create_string(item)?)?;
+/// Sets the globals `KEYS` and `ARGV`, arrays of strings, in one call into the
+/// interpreter: built element by element through mlua's API, they were 8%
+/// of an apalis world (a lock, a registry reference and a growing table per
+/// element).
+fn set_keys_argv(lua: &Lua, globals: &Table, keys: &[Vec<u8>], args: &[Vec<u8>]) -> mlua::Result<()> {
+    use mlua::ffi;
+    // SAFETY: runs protected (`exec_raw`), so a memory error unwinds to
+    // mlua; the stack holds the globals table (index 1), a name and one
+    // array, and one string at a time: well inside LUA_MINSTACK.
+    unsafe {
+        lua.exec_raw::<()>(globals, |state| {
+            for (name, items) in [(c"KEYS", keys), (c"ARGV", args)] {
+                ffi::lua_pushstring(state, name.as_ptr());
+                let len = std::ffi::c_int::try_from(items.len()).expect("a command's words fit a C int");
+                ffi::lua_createtable(state, len, 0);
+                for (i, item) in items.iter().enumerate() {
+                    ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+                    ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+                }
+                ffi::lua_rawset(state, 1);
+            }
+            ffi::lua_settop(state, 0);
+        })
     }
-    Ok(t)
 }
 
 /// A `#!lua [flags=...]` first line selects the engine and script flags; the
@@ -751,6 +785,7 @@ impl mlua::UserData for RandState {}
 fn primitives(lua: &Lua) -> mlua::Result<Table> {
     let prim = lua.create_table()?;
     prim.set("null", Value::LightUserData(LightUserData(std::ptr::null_mut())))?;
+    prim.set("call", lua.create_function(call_lent)?)?;
     prim.set("error_table", lua.create_function(|lua, text: mlua::String| error_table(lua, &text.as_bytes(), false))?)?;
     prim.set("sha1hex", lua.create_function(|_, text: mlua::String| Ok(sha1_hex(&text.as_bytes())))?)?;
     prim.set(

@@ -213,7 +213,37 @@ pub(crate) struct Catalog {
     /// ask) was a third of a graphile world's cost. Ordered, not hashed:
     /// hashing a statement's whole text costs more than the few `memcmp`s
     /// that tell the texts apart.
-    seen: Mutex<BTreeMap<String, Text>>,
+    seen: Mutex<Seen>,
+}
+
+/// The texts classified so far, and the last few looked up: one statement
+/// is classified three times (on arrival, when it runs, after it ran), and
+/// a text of the same length as one just seen is told apart by one
+/// `memcmp` instead of a walk of the tree.
+#[derive(Debug, Default)]
+struct Seen {
+    all: BTreeMap<Arc<str>, Text>,
+    recent: [Option<(Arc<str>, Text)>; RECENT],
+    next: usize,
+}
+
+const RECENT: usize = 4;
+
+impl Seen {
+    fn get(&mut self, sql: &str) -> Option<Text> {
+        let recent = self.recent.iter().flatten().find(|(t, _)| t.len() == sql.len() && **t == *sql);
+        if let Some((_, text)) = recent {
+            return Some(*text);
+        }
+        let (t, text) = self.all.get_key_value(sql).map(|(t, text)| (t.clone(), *text))?;
+        self.remember((t, text));
+        Some(text)
+    }
+
+    fn remember(&mut self, entry: (Arc<str>, Text)) {
+        self.recent[self.next] = Some(entry);
+        self.next = (self.next + 1) % RECENT;
+    }
 }
 
 impl Catalog {
@@ -225,7 +255,7 @@ impl Catalog {
             .entry(schema.to_string())
             .or_insert_with(|| Arc::new(Self::texts_of(schema)))
             .clone();
-        Catalog { by_text, seen: Mutex::new(BTreeMap::new()) }
+        Catalog { by_text, seen: Mutex::new(Seen::default()) }
     }
 
     /// Every statement graphile's builders send for `schema`, by its text.
@@ -249,7 +279,7 @@ impl Catalog {
     /// statements), a known statement, or neither.
     pub(crate) fn classify(&self, sql: &str) -> Text {
         if let Some(text) = self.seen.lock().expect("seen").get(sql) {
-            return *text;
+            return text;
         }
         let normalized = normalize(sql);
         let text = match normalized.trim_end_matches(';').to_ascii_lowercase().as_str() {
@@ -259,8 +289,10 @@ impl Catalog {
             _ => self.recognize(&normalized).map_or(Text::Unknown, Text::Stmt),
         };
         let mut seen = self.seen.lock().expect("seen");
-        if seen.len() < SEEN_MAX {
-            seen.insert(sql.to_owned(), text);
+        if seen.all.len() < SEEN_MAX {
+            let sql: Arc<str> = sql.into();
+            seen.all.insert(sql.clone(), text);
+            seen.remember((sql, text));
         }
         text
     }

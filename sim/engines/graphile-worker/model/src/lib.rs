@@ -120,7 +120,9 @@ pub struct Db {
     seqs: Seqs,
     /// The next heap place of a job version (never reused, never rolled back).
     next_place: u64,
-    sessions: BTreeMap<SessionId, Session>,
+    /// Boxed: a session is large, and every autocommit statement opens and
+    /// closes one, which would move its neighbours' entries in the tree.
+    sessions: BTreeMap<SessionId, Box<Session>>,
     version: u64,
     log: Vec<Change>,
     unmodelled: Vec<String>,
@@ -285,9 +287,9 @@ impl Db {
             Ok(out) => {
                 txn.writes.merge(writes);
                 txn.touched.extend(touched);
-                txn.row_locks.extend(locks);
-                txn.advisory.extend(advisory);
-                txn.table_locks.extend(table_locks);
+                store::absorb(&mut txn.row_locks, locks);
+                store::absorb(&mut txn.advisory, advisory);
+                store::absorb(&mut txn.table_locks, table_locks);
                 if stmt.is_claim() {
                     self.claim_preference = None;
                 }
@@ -304,10 +306,10 @@ impl Db {
             Err(Fail::Blocked(holder)) => {
                 // What it locked before the wait stays locked, and the index
                 // entries of what it wrote stay; its writes themselves are undone.
-                txn.row_locks.extend(locks);
+                store::absorb(&mut txn.row_locks, locks);
                 txn.touched.extend(touched);
-                txn.advisory.extend(advisory);
-                txn.table_locks.extend(table_locks);
+                store::absorb(&mut txn.advisory, advisory);
+                store::absorb(&mut txn.table_locks, table_locks);
                 let state = self.sessions.entry(session).or_default();
                 state.reserved = drawn;
                 state.resume_step = step;

@@ -69,18 +69,53 @@ pub(crate) struct Touched {
 impl Drawn {
     /// These values, then `rest`'s, each sequence in order.
     pub(crate) fn then(mut self, rest: Drawn) -> Drawn {
-        self.job.extend(rest.job);
-        self.queue.extend(rest.queue);
-        self.task.extend(rest.task);
+        absorb(&mut self.job, rest.job);
+        absorb(&mut self.queue, rest.queue);
+        absorb(&mut self.task, rest.task);
         self
     }
 }
 
 impl Touched {
     pub(crate) fn extend(&mut self, other: Touched) {
-        self.job_keys.extend(other.job_keys);
-        self.task_identifiers.extend(other.task_identifiers);
-        self.queue_names.extend(other.queue_names);
+        absorb(&mut self.job_keys, other.job_keys);
+        absorb(&mut self.task_identifiers, other.task_identifiers);
+        absorb(&mut self.queue_names, other.queue_names);
+    }
+}
+
+/// What a collection is that [`absorb`] can take whole.
+pub(crate) trait Collection: Extend<Self::Item> + IntoIterator {
+    fn is_empty(&self) -> bool;
+}
+
+impl<K: Ord, V> Collection for BTreeMap<K, V> {
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+}
+
+impl<T: Ord> Collection for BTreeSet<T> {
+    fn is_empty(&self) -> bool {
+        BTreeSet::is_empty(self)
+    }
+}
+
+impl<T> Collection for VecDeque<T> {
+    fn is_empty(&self) -> bool {
+        VecDeque::is_empty(self)
+    }
+}
+
+/// `into.extend(later)`, but an empty `into` takes `later` whole instead of
+/// inserting its entries one by one: a statement's effects go into an
+/// autocommit statement's fresh transaction (most statements), where every
+/// set is empty. The result is the same either way.
+pub(crate) fn absorb<C: Collection>(into: &mut C, later: C) {
+    if into.is_empty() {
+        *into = later;
+    } else {
+        into.extend(later);
     }
 }
 
@@ -131,12 +166,12 @@ pub(crate) struct Writes {
 
 impl Writes {
     pub(crate) fn merge(&mut self, later: Writes) {
-        self.jobs.extend(later.jobs);
-        self.places.extend(later.places);
-        self.queues.extend(later.queues);
-        self.tasks.extend(later.tasks);
-        self.workers.extend(later.workers);
-        self.retirements.extend(later.retirements);
+        absorb(&mut self.jobs, later.jobs);
+        absorb(&mut self.places, later.places);
+        absorb(&mut self.queues, later.queues);
+        absorb(&mut self.tasks, later.tasks);
+        absorb(&mut self.workers, later.workers);
+        absorb(&mut self.retirements, later.retirements);
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -272,7 +307,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 macro_rules! reader {
-    ($get:ident, $ids:ident, $all:ident, $field:ident, $key:ty, $row:ty) => {
+    ($get:ident, $ids:ident, $visible:ident, $all:ident, $field:ident, $key:ty, $row:ty) => {
         pub(crate) fn $get(&self, key: &$key) -> Option<&$row> {
             layered(&self.writes.$field, &self.own.writes.$field, &self.committed.$field, key)
         }
@@ -281,9 +316,18 @@ macro_rules! reader {
             layered_keys(&self.writes.$field, &self.own.writes.$field, &self.committed.$field)
         }
 
+        /// Every row this statement sees, by key.
+        pub(crate) fn $visible(&self) -> Vec<&$row> {
+            if self.writes.$field.is_empty() && self.own.writes.$field.is_empty() {
+                // Nothing written over the committed rows: no set of keys to build.
+                return self.committed.$field.values().collect();
+            }
+            self.$ids().iter().filter_map(|key| self.$get(key)).collect()
+        }
+
         #[allow(dead_code)]
         pub(crate) fn $all(&self) -> Vec<$row> {
-            self.$ids().iter().filter_map(|key| self.$get(key)).cloned().collect()
+            self.$visible().into_iter().cloned().collect()
         }
     };
 }
@@ -373,7 +417,18 @@ impl<'a> Ctx<'a> {
     }
 
     pub(crate) fn all_jobs(&self) -> Vec<JobRow> {
-        self.job_ids().iter().filter_map(|key| self.job(key)).cloned().collect()
+        self.visible_jobs().into_iter().cloned().collect()
+    }
+
+    /// Every job this statement sees, by id: [`Ctx::job`] of each of
+    /// [`Ctx::job_ids`], without building that set when neither the
+    /// statement nor its transaction wrote a job (a claim, on every poll).
+    pub(crate) fn visible_jobs(&self) -> Vec<&JobRow> {
+        if self.writes.jobs.is_empty() && self.own.writes.jobs.is_empty() {
+            let seen = |id: &i64| self.snapshot_jobs.is_none_or(|seen| seen.contains(id));
+            return self.committed.jobs.iter().filter(|(id, _)| seen(id)).map(|(_, row)| row).collect();
+        }
+        self.job_ids().iter().filter_map(|key| self.job(key)).collect()
     }
 
     /// The committed jobs this statement sees now (kept as its snapshot if it waits).
@@ -385,27 +440,27 @@ impl<'a> Ctx<'a> {
             .copied()
             .collect()
     }
-    reader!(queue, queue_ids, all_queues, queues, i32, QueueRow);
-    reader!(task, task_ids, all_tasks, tasks, i32, TaskRow);
-    reader!(worker, worker_ids, all_workers, workers, String, WorkerRow);
+    reader!(queue, queue_ids, visible_queues, all_queues, queues, i32, QueueRow);
+    reader!(task, task_ids, visible_tasks, all_tasks, tasks, i32, TaskRow);
+    reader!(worker, worker_ids, visible_workers, all_workers, workers, String, WorkerRow);
 
     /// The jobs in heap order: the order a scan without ORDER BY meets them
     /// (and so locks them, or waits for one).
-    pub(crate) fn jobs_in_heap_order(&self) -> Vec<JobRow> {
-        let mut jobs = self.all_jobs();
-        jobs.sort_by_key(|j| self.place(&RowKey::Job(j.id)));
+    pub(crate) fn jobs_in_heap_order(&self) -> Vec<&JobRow> {
+        let mut jobs = self.visible_jobs();
+        jobs.sort_by_cached_key(|j| self.place(&RowKey::Job(j.id)));
         jobs
     }
 
-    pub(crate) fn queues_in_heap_order(&self) -> Vec<QueueRow> {
-        let mut queues = self.all_queues();
-        queues.sort_by_key(|q| self.place(&RowKey::Queue(q.id)));
+    pub(crate) fn queues_in_heap_order(&self) -> Vec<&QueueRow> {
+        let mut queues = self.visible_queues();
+        queues.sort_by_cached_key(|q| self.place(&RowKey::Queue(q.id)));
         queues
     }
 
-    pub(crate) fn workers_in_heap_order(&self) -> Vec<WorkerRow> {
-        let mut workers = self.all_workers();
-        workers.sort_by_key(|w| self.place(&RowKey::Worker(w.id.clone())));
+    pub(crate) fn workers_in_heap_order(&self) -> Vec<&WorkerRow> {
+        let mut workers = self.visible_workers();
+        workers.sort_by_cached_key(|w| self.place(&RowKey::Worker(w.id.clone())));
         workers
     }
 

@@ -174,7 +174,7 @@ fn ensure_queue(ctx: &mut Ctx, name: &str) -> Result<(), Fail> {
 }
 
 fn jobs_with_key(ctx: &Ctx, keys: &BTreeSet<String>) -> Vec<JobRow> {
-    ctx.jobs_in_heap_order().into_iter().filter(|j| j.key.as_ref().is_some_and(|k| keys.contains(k))).collect()
+    ctx.jobs_in_heap_order().into_iter().filter(|j| j.key.as_ref().is_some_and(|k| keys.contains(k))).cloned().collect()
 }
 
 /// The add_jobs function, statement by statement.

@@ -94,14 +94,14 @@ impl Candidate {
 fn candidates(ctx: &Ctx, claim: &Claim, shape: ClaimShape) -> Vec<Candidate> {
     let Some(now) = claim.now else { return Vec::new() };
     let mut jobs: Vec<Candidate> = ctx
-        .job_ids()
-        .iter()
-        .filter_map(|key| ctx.job(key))
+        .visible_jobs()
+        .into_iter()
         .filter(|j| j.is_available() && j.run_at <= now && any_of(Some(&j.task_id), Some(&claim.task_ids)))
         .filter(|j| flags_pass(claim, shape, j))
         .map(Candidate::of)
         .collect();
-    jobs.sort_by_key(|j| (j.priority, j.run_at, ctx.place(&RowKey::Job(j.id))));
+    // Cached: a place is a lookup through three maps, once per job, not per comparison.
+    jobs.sort_by_cached_key(|j| (j.priority, j.run_at, ctx.place(&RowKey::Job(j.id))));
     jobs
 }
 

@@ -40,8 +40,8 @@ pub(crate) fn select_tasks(ctx: &mut Ctx, p: &Params) -> Result<Output, Fail> {
 /// Jobs with one of the ids: in heap order (a scan without ORDER BY), or in
 /// id order (`PERFORM .. ORDER BY jobs.id FOR UPDATE`).
 fn by_ids(ctx: &Ctx, ids: &[i64], heap_order: bool, also: impl Fn(&JobRow) -> bool) -> Vec<JobRow> {
-    let jobs = if heap_order { ctx.jobs_in_heap_order() } else { ctx.all_jobs() };
-    jobs.into_iter().filter(|j| ids.contains(&j.id) && also(j)).collect()
+    let jobs = if heap_order { ctx.jobs_in_heap_order() } else { ctx.visible_jobs() };
+    jobs.into_iter().filter(|j| ids.contains(&j.id) && also(j)).cloned().collect()
 }
 
 /// `remove_job(job_key)`: deletes the job unless it is locked; a locked one
@@ -138,8 +138,12 @@ pub(crate) fn reschedule_jobs(ctx: &mut Ctx, p: &Params) -> Result<Output, Fail>
 pub(crate) fn force_unlock_workers(ctx: &mut Ctx, p: &Params) -> Result<Output, Fail> {
     let ids = p.text_array_opt(0)?;
     ctx.lock_table(Table::Jobs, TableLock::RowExclusive)?;
-    let jobs: Vec<JobRow> =
-        ctx.jobs_in_heap_order().into_iter().filter(|j| any_of(j.locked_by.as_ref(), ids.as_deref())).collect();
+    let jobs: Vec<JobRow> = ctx
+        .jobs_in_heap_order()
+        .into_iter()
+        .filter(|j| any_of(j.locked_by.as_ref(), ids.as_deref()))
+        .cloned()
+        .collect();
     for job in jobs {
         ctx.lock(RowKey::Job(job.id))?;
         ctx.put_job(JobRow { locked_at: None, locked_by: None, ..job });
@@ -156,6 +160,7 @@ pub(crate) fn delete_permanently_failed(ctx: &mut Ctx) -> Result<Output, Fail> {
         .jobs_in_heap_order()
         .into_iter()
         .filter(|j| j.attempts == j.max_attempts && j.locked_at.is_none())
+        .cloned()
         .collect();
     for job in &jobs {
         ctx.lock(RowKey::Job(job.id))?;
@@ -167,7 +172,7 @@ pub(crate) fn delete_permanently_failed(ctx: &mut Ctx) -> Result<Output, Fail> {
 /// cleanup `GcJobQueues`: unlocked queues no job refers to.
 pub(crate) fn gc_job_queues(ctx: &mut Ctx) -> Result<Output, Fail> {
     ctx.lock_table_at_parse(Table::Queues, TableLock::RowExclusive)?;
-    let used: BTreeSet<i32> = ctx.all_jobs().into_iter().filter_map(|j| j.job_queue_id).collect();
+    let used: BTreeSet<i32> = ctx.visible_jobs().into_iter().filter_map(|j| j.job_queue_id).collect();
     let unused: Vec<i32> = ctx
         .queues_in_heap_order()
         .into_iter()

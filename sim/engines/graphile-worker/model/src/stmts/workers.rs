@@ -38,7 +38,7 @@ pub(crate) fn deregister(ctx: &mut Ctx, p: &Params) -> Result<Output, Fail> {
 /// `delete from _private_workers where id = any(ids)`, in heap order.
 fn delete_workers(ctx: &mut Ctx, ids: Vec<String>) -> Result<(), Fail> {
     let doomed: Vec<String> =
-        ctx.workers_in_heap_order().into_iter().map(|w| w.id).filter(|id| ids.contains(id)).collect();
+        ctx.workers_in_heap_order().into_iter().map(|w| &w.id).filter(|id| ids.contains(id)).cloned().collect();
     for id in doomed {
         ctx.lock(RowKey::Worker(id.clone()))?;
         ctx.delete_worker(&id);
@@ -147,7 +147,8 @@ pub(crate) fn recover_dead_worker_jobs(ctx: &mut Ctx, p: &Params) -> Result<Outp
 
 /// `update _private_job_queues set locked_by = null, locked_at = null where locked_by = any(ids)`.
 pub(crate) fn unlock_queues(ctx: &mut Ctx, ids: Option<&[String]>) -> Result<(), Fail> {
-    let queues: Vec<_> = ctx.queues_in_heap_order().into_iter().filter(|q| any_of(q.locked_by.as_ref(), ids)).collect();
+    let queues: Vec<_> =
+        ctx.queues_in_heap_order().into_iter().filter(|q| any_of(q.locked_by.as_ref(), ids)).cloned().collect();
     for queue in queues {
         ctx.lock(RowKey::Queue(queue.id))?;
         ctx.put_queue(crate::QueueRow { locked_by: None, locked_at: None, ..queue });
